@@ -1,0 +1,63 @@
+// Package artifact names the files mkimage writes into its output directory and describes how to
+// boot them, so that the QEMU tests, the bench and `make boot` start the appliance the same way.
+package artifact
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+)
+
+// File names inside the output directory.
+const (
+	Kernel       = "bzImage"           // the kernel to boot
+	Vmlinux      = "vmlinux"           // the uncompressed ELF kernel, with BTF
+	KernelConfig = "kernel.config"     // the proven final .config
+	Initramfs    = "initramfs.cpio.gz" // initrd mode: the whole rootfs with /init
+	Rootfs       = "rootfs.img"        // image mode: MBR disk, partition 1 ext4, /sbin/init
+	Manifest     = "manifest.json"     // sha256 of every input and output
+	Boot         = "boot.json"         // BootInfo
+	KataDir      = "kata"              // Kata config.d drop-ins
+)
+
+// BootInfo tells a VM launcher how to boot the artifacts.
+type BootInfo struct {
+	// Cmdline is the kernel command line common to both modes (console, panic, ...).
+	Cmdline []string `json:"cmdline"`
+	// ImageCmdline is appended in image mode (root=/dev/vda1 ...). Initrd mode appends nothing.
+	ImageCmdline []string `json:"image_cmdline"`
+	// StoreSerial is the virtio serial of the workspace-store disk.
+	StoreSerial string `json:"store_serial"`
+	// RPCPort is the guest TCP port of the daemon's token-protected host listener (0: none).
+	RPCPort int `json:"rpc_port"`
+	// TokenFwCfg is the fw_cfg name through which the host passes the RPC bearer token.
+	TokenFwCfg string `json:"token_fw_cfg"`
+	// ReadyServices are the services whose ready markers mean the appliance is usable.
+	ReadyServices []string `json:"ready_services"`
+	// MemoryMiB is the guest memory the image needs (initrd mode holds the rootfs in RAM).
+	MemoryMiB int `json:"memory_mib"`
+}
+
+// ReadBootInfo reads dir/boot.json.
+func ReadBootInfo(dir string) (*BootInfo, error) {
+	b, err := os.ReadFile(filepath.Join(dir, Boot))
+	if err != nil {
+		return nil, fmt.Errorf("read boot info: %w (build the image first: make image)", err)
+	}
+	var bi BootInfo
+	if err := json.Unmarshal(b, &bi); err != nil {
+		return nil, fmt.Errorf("decode %s: %w", Boot, err)
+	}
+	return &bi, nil
+}
+
+// CacheDir is where expensive, deterministic work (the kernel build, the Debian userland, the
+// baseline kernel) is cached by content hash, outside the checkout: $ALLOX_CACHE, or
+// /var/cache/allox.
+func CacheDir() string {
+	if d := os.Getenv("ALLOX_CACHE"); d != "" {
+		return d
+	}
+	return "/var/cache/allox"
+}

@@ -1,0 +1,111 @@
+package kernel
+
+import (
+	"context"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/allox-os/allox/internal/artifact"
+)
+
+// The pinned source of the default spec (images/allox.hcl).
+var defaultSource = Source{
+	DebianPackage: "linux-source-6.12",
+	Version:       "6.12.117-1~deb12u1",
+	SHA256:        "585a4a074597aefa2b1a68ada83a3184ba351c127544dea80618bbcceaa3961f",
+}
+
+// realBuilder returns a builder with an empty cache except for the shared source tarballs, so
+// configuration really runs against the pinned kernel source.
+func realBuilder(t *testing.T) *Builder {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("configures the real kernel source (about a minute); run without -short")
+	}
+	shared := filepath.Join(artifact.CacheDir(), "sources")
+	if err := os.MkdirAll(shared, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	if err := os.Symlink(shared, filepath.Join(dir, "sources")); err != nil {
+		t.Fatal(err)
+	}
+	return &Builder{CacheDir: dir, Log: testLog{t}}
+}
+
+type testLog struct{ t *testing.T }
+
+func (l testLog) Write(p []byte) (int, error) {
+	l.t.Log(strings.TrimSpace(string(p)))
+	return len(p), nil
+}
+
+func writeFile(t *testing.T, dir, name, text string) string {
+	t.Helper()
+	p := filepath.Join(dir, name)
+	if err := os.WriteFile(p, []byte(text), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestRealFragmentsProve(t *testing.T) {
+	b := realBuilder(t)
+	frags, err := filepath.Glob("fragments/*.conf")
+	if err != nil || len(frags) == 0 {
+		t.Fatalf("no fragments: %v", err)
+	}
+	spec := Spec{Source: defaultSource, Base: "allnoconfig", Fragments: frags, Series: "patches/series", Allowlist: "allowlist"}
+	final, err := b.FinalConfig(context.Background(), spec)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"CONFIG_DEBUG_INFO_BTF=y", "CONFIG_BTRFS_FS=y", "CONFIG_IKCONFIG_PROC=y", "# CONFIG_MODULES is not set"} {
+		if !strings.Contains(string(final), want+"\n") {
+			t.Errorf("final config lacks %q", want)
+		}
+	}
+	// The second call must come from the config cache: no source tree is extracted.
+	b.Log = nil
+	if _, err := b.FinalConfig(context.Background(), spec); err != nil {
+		t.Fatal(err)
+	}
+	if entries, _ := os.ReadDir(filepath.Join(b.CacheDir, "kernel", "work")); len(entries) != 0 {
+		t.Errorf("work trees left behind: %v", entries)
+	}
+}
+
+func TestRealUnsatisfiableFragmentFails(t *testing.T) {
+	b := realBuilder(t)
+	dir := t.TempDir()
+	frag := writeFile(t, dir, "erofs.conf", "# EROFS sits inside the MISC_FILESYSTEMS menu\nCONFIG_BLOCK=y\nCONFIG_EROFS_FS=y\n")
+	_, err := b.FinalConfig(context.Background(), Spec{Source: defaultSource, Base: "allnoconfig", Fragments: []string{frag}})
+	want := frag + ":3: CONFIG_EROFS_FS requested y, final .config has it not set; unmet depends on: MISC_FILESYSTEMS [=n]"
+	if err == nil || !strings.Contains(err.Error(), want) {
+		t.Fatalf("error = %v\nwant it to contain %q", err, want)
+	}
+}
+
+func TestRealPatchThatDoesNotApplyFails(t *testing.T) {
+	b := realBuilder(t)
+	dir := t.TempDir()
+	writeFile(t, dir, "0001-bogus.patch", "--- a/Makefile\n+++ b/Makefile\n@@ -1,1 +1,1 @@\n-this line is not in the kernel Makefile\n+neither is this\n")
+	series := writeFile(t, dir, "series", "# our patches\n0001-bogus.patch\n")
+	frag := writeFile(t, dir, "f.conf", "CONFIG_BLOCK=y\n")
+	_, err := b.FinalConfig(context.Background(), Spec{Source: defaultSource, Base: "allnoconfig", Fragments: []string{frag}, Series: series})
+	if err == nil || !strings.Contains(err.Error(), "patch 0001-bogus.patch (series line 2) does not apply") {
+		t.Fatalf("error = %v, want the failing patch named", err)
+	}
+}
+
+func TestSourceHashMismatch(t *testing.T) {
+	dir := t.TempDir()
+	tarball := writeFile(t, dir, "linux.tar.xz", "not really a kernel")
+	src := Source{Tarball: tarball, SHA256: strings.Repeat("0", 64)}
+	_, err := src.Fetch(context.Background(), dir)
+	if err == nil || !strings.Contains(err.Error(), "the spec pins "+strings.Repeat("0", 64)) {
+		t.Fatalf("error = %v, want a hash mismatch naming the pinned hash", err)
+	}
+}
