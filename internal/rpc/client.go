@@ -1,0 +1,100 @@
+package rpc
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+)
+
+// Client calls the daemon's RPC endpoint. It is safe for concurrent use.
+type Client struct {
+	endpoint string
+	token    string
+	http     *http.Client
+}
+
+// NewClient returns a client for the daemon at baseURL (e.g. "http://127.0.0.1:8092"). A non-empty
+// token is sent as "Authorization: Bearer <token>" (the host listener requires it). A nil
+// httpClient means http.DefaultClient; bound calls with the context.
+func NewClient(baseURL, token string, httpClient *http.Client) *Client {
+	if httpClient == nil {
+		httpClient = http.DefaultClient
+	}
+	return &Client{endpoint: strings.TrimRight(baseURL, "/") + Path, token: token, http: httpClient}
+}
+
+// Call runs action with params (nil sends none) and decodes the result into result (nil discards
+// it). A reply with "ok": false comes back as an *Error whose Status is the HTTP status; use
+// errors.Is(err, rpc.CodeNotFound) or errors.As. Transport and decoding failures are other errors.
+func (c *Client) Call(ctx context.Context, action string, params any, result any) error {
+	body, err := encodeRequest(action, params)
+	if err != nil {
+		return fmt.Errorf("rpc %s: %w", action, err)
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.endpoint, bytes.NewReader(body))
+	if err != nil {
+		return fmt.Errorf("rpc %s: %w", action, err)
+	}
+	req.Header.Set("Content-Type", ContentType)
+	req.Header.Set("Accept", ContentType)
+	if c.token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.token)
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return fmt.Errorf("rpc %s: %w", action, err)
+	}
+	defer resp.Body.Close()
+	return decodeResponse(resp, action, result)
+}
+
+func encodeRequest(action string, params any) ([]byte, error) {
+	req := Request{Action: action}
+	if params != nil {
+		p, err := json.Marshal(params)
+		if err != nil {
+			return nil, fmt.Errorf("encode params: %w", err)
+		}
+		req.Params = p
+	}
+	return json.Marshal(req)
+}
+
+func decodeResponse(resp *http.Response, action string, result any) error {
+	data, err := io.ReadAll(io.LimitReader(resp.Body, MaxResponseBytes+1))
+	if err != nil {
+		return fmt.Errorf("rpc %s: read response: %w", action, err)
+	}
+	if len(data) > MaxResponseBytes {
+		return fmt.Errorf("rpc %s: response exceeds %d bytes", action, MaxResponseBytes)
+	}
+	var r Response
+	if err := json.Unmarshal(data, &r); err != nil {
+		return fmt.Errorf("rpc %s: HTTP %s: the reply is not an RPC response (%w): %q", action, resp.Status, err, snippet(data))
+	}
+	if !r.OK {
+		if r.Error == nil {
+			r.Error = Errorf(CodeInternal, "", "the daemon replied ok=false without an error object (HTTP %s)", resp.Status)
+		}
+		r.Error.Status = resp.StatusCode
+		return r.Error
+	}
+	if result == nil || len(r.Result) == 0 {
+		return nil
+	}
+	if err := json.Unmarshal(r.Result, result); err != nil {
+		return fmt.Errorf("rpc %s: decode result: %w", action, err)
+	}
+	return nil
+}
+
+func snippet(b []byte) []byte {
+	if len(b) > 200 {
+		return b[:200]
+	}
+	return b
+}

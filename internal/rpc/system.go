@@ -1,0 +1,65 @@
+package rpc
+
+// Built-in actions of the daemon.
+const (
+	// ActionSystemInfo takes no params and returns SystemInfo.
+	ActionSystemInfo = "system.info"
+	// ActionSystemKernelConfig takes no params and returns KernelConfig.
+	ActionSystemKernelConfig = "system.kernel_config"
+	// ActionSystemPowerOff takes no params, replies {} and then powers the guest off. It is accepted
+	// only on the authenticated host listener.
+	ActionSystemPowerOff = "system.poweroff"
+)
+
+// SystemInfo is the result of system.info.
+type SystemInfo struct {
+	Daemon DaemonInfo `json:"daemon"`
+	// Image is absent when the guest has no image manifest.
+	Image  *ImageInfo `json:"image,omitempty"`
+	Kernel KernelInfo `json:"kernel"`
+	Store  StoreInfo  `json:"store"`
+	Cgroup CgroupInfo `json:"cgroup"`
+	// BootID is /proc/sys/kernel/random/boot_id: it changes on every boot.
+	BootID string `json:"boot_id"`
+}
+
+// DaemonInfo describes the running daemon.
+type DaemonInfo struct {
+	Version string `json:"version"`
+}
+
+// ImageInfo names the image, from its manifest.
+type ImageInfo struct {
+	Name    string `json:"name"`
+	Version string `json:"version"`
+}
+
+// KernelInfo is the running kernel, from uname(2).
+type KernelInfo struct {
+	Release string `json:"release"`
+	Version string `json:"version"`
+	Machine string `json:"machine"`
+}
+
+// StoreInfo describes the workspace store (the daemon's --root).
+type StoreInfo struct {
+	Root string `json:"root"`
+	// FSType is the filesystem name ("btrfs", "tmpfs", "ext4", ...) or its statfs magic in hex.
+	FSType string `json:"fstype"`
+}
+
+// CgroupInfo describes the cgroup hierarchy at /sys/fs/cgroup.
+type CgroupInfo struct {
+	// Version is 2 when /sys/fs/cgroup is cgroup2, else 0.
+	Version int `json:"version"`
+	// Controllers and SubtreeControl are the root cgroup's cgroup.controllers and
+	// cgroup.subtree_control; empty (never null) when there are none.
+	Controllers    []string `json:"controllers"`
+	SubtreeControl []string `json:"subtree_control"`
+}
+
+// KernelConfig is the result of system.kernel_config.
+type KernelConfig struct {
+	// Config is the running kernel's .config text, from /proc/config.gz.
+	Config string `json:"config"`
+}

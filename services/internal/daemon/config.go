@@ -1,0 +1,102 @@
+// Package daemon is the workspace daemon's RPC layer: flag parsing, the action registry that the
+// core domains and plugins register into, the HTTP endpoint (POST /v1/rpc) with its loopback and
+// authenticated host listeners, the one mapping from domain errors to wire errors, and the
+// handlers, one file per domain. Domain packages never import it.
+package daemon
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/netip"
+	"os"
+)
+
+// DefaultListen is the loopback listener's default address.
+const DefaultListen = "127.0.0.1:8092"
+
+// ErrUsage marks errors in the command line (exit status 2): errors.Is(err, ErrUsage).
+var ErrUsage = errors.New("usage error")
+
+type usageError struct{ err error }
+
+func (e usageError) Error() string        { return e.err.Error() }
+func (e usageError) Unwrap() error        { return e.err }
+func (e usageError) Is(target error) bool { return target == ErrUsage }
+
+// Config is the daemon's command line.
+type Config struct {
+	// Root is the workspace store; it must exist.
+	Root string
+	// Listen is the unauthenticated loopback listener; it must be a loopback address.
+	Listen string
+	// ListenHost is the optional host-facing listener; every request on it needs the bearer token
+	// from TokenFile.
+	ListenHost string
+	TokenFile  string
+}
+
+// ParseFlags parses and checks the command line. Flag errors and -h write usage to stderr.
+func ParseFlags(args []string, stderr io.Writer) (Config, error) {
+	var c Config
+	fset := flag.NewFlagSet("allox-workspace-daemon", flag.ContinueOnError)
+	fset.SetOutput(stderr)
+	fset.StringVar(&c.Root, "root", "", "workspace store directory (required; must exist), e.g. /var/lib/allox/workspaces")
+	fset.StringVar(&c.Listen, "listen", DefaultListen, "loopback `address` of the unauthenticated listener")
+	fset.StringVar(&c.ListenHost, "listen-host", "", "`address` of the host-facing listener, e.g. 0.0.0.0:8093; needs --token-file")
+	fset.StringVar(&c.TokenFile, "token-file", "", "`file` holding the host listener's bearer token (mode 0600); the host listener stays closed while it is missing or empty")
+	if err := fset.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return c, err
+		}
+		return c, usageError{err}
+	}
+	if fset.NArg() > 0 {
+		return c, usageError{fmt.Errorf("unexpected argument %q: the daemon takes only flags", fset.Arg(0))}
+	}
+	return c, c.Validate()
+}
+
+// Validate checks the configuration, naming the flag at fault and how to fix it.
+func (c Config) Validate() error {
+	var errs []error
+	switch fi, err := os.Stat(c.Root); {
+	case c.Root == "":
+		errs = append(errs, errors.New("--root is required: name the workspace store, e.g. --root /var/lib/allox/workspaces"))
+	case err != nil:
+		errs = append(errs, fmt.Errorf("--root %s: %w: create the store (or mount it) before starting the daemon", c.Root, err))
+	case !fi.IsDir():
+		errs = append(errs, fmt.Errorf("--root %s is not a directory", c.Root))
+	}
+	if err := checkLoopback(c.Listen); err != nil {
+		errs = append(errs, err)
+	}
+	if c.ListenHost != "" {
+		if _, _, err := net.SplitHostPort(c.ListenHost); err != nil {
+			errs = append(errs, fmt.Errorf("--listen-host %q: %w: use HOST:PORT, e.g. 0.0.0.0:8093", c.ListenHost, err))
+		}
+		if c.TokenFile == "" {
+			errs = append(errs, errors.New("--listen-host needs --token-file: the host listener accepts only requests that carry its bearer token"))
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		return usageError{err}
+	}
+	return nil
+}
+
+// checkLoopback refuses a --listen address that is not a loopback IP: that listener has no
+// authentication.
+func checkLoopback(addr string) error {
+	host, _, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("--listen %q: %w: use 127.0.0.1:PORT", addr, err)
+	}
+	if ip, err := netip.ParseAddr(host); err == nil && ip.IsLoopback() {
+		return nil
+	}
+	return fmt.Errorf("--listen %s is not a loopback address, and that listener has no authentication: "+
+		"use --listen 127.0.0.1:PORT, and to serve the host use --listen-host %s with --token-file FILE (requests then need the bearer token)", addr, addr)
+}

@@ -1,0 +1,65 @@
+package daemon
+
+import (
+	"errors"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+)
+
+func TestParseFlags(t *testing.T) {
+	root := t.TempDir()
+	got, err := ParseFlags([]string{"--root", root, "--listen-host", "0.0.0.0:8093", "--token-file", "/run/allox/rpc-token"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := Config{Root: root, Listen: DefaultListen, ListenHost: "0.0.0.0:8093", TokenFile: "/run/allox/rpc-token"}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("ParseFlags mismatch (-want +got):\n%s", diff)
+	}
+}
+
+func TestParseFlagsErrors(t *testing.T) {
+	root := t.TempDir()
+	file := filepath.Join(root, "file")
+	if err := os.WriteFile(file, nil, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for _, tt := range []struct {
+		name      string
+		args      []string
+		inMessage string
+	}{
+		{"no root", nil, "--root is required"},
+		{"missing root", []string{"--root", filepath.Join(root, "nope")}, "create the store"},
+		{"root is a file", []string{"--root", file}, "not a directory"},
+		{"all interfaces", []string{"--root", root, "--listen", "0.0.0.0:8092"}, "use --listen-host 0.0.0.0:8092 with --token-file"},
+		{"empty host", []string{"--root", root, "--listen", ":8092"}, "not a loopback address"},
+		{"guest nic", []string{"--root", root, "--listen", "10.0.2.15:8092"}, "not a loopback address"},
+		{"name, not ip", []string{"--root", root, "--listen", "localhost:8092"}, "use --listen 127.0.0.1:PORT"},
+		{"no port", []string{"--root", root, "--listen", "127.0.0.1"}, "missing port"},
+		{"host without token file", []string{"--root", root, "--listen-host", "0.0.0.0:8093"}, "--listen-host needs --token-file"},
+		{"bad host address", []string{"--root", root, "--listen-host", "8093", "--token-file", file}, "use HOST:PORT"},
+		{"positional", []string{"--root", root, "serve"}, `unexpected argument "serve"`},
+		{"unknown flag", []string{"--root", root, "--verbose"}, "flag provided but not defined"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := ParseFlags(tt.args, io.Discard)
+			if !errors.Is(err, ErrUsage) || !strings.Contains(err.Error(), tt.inMessage) {
+				t.Errorf("ParseFlags(%q) = %v, want a usage error containing %q", tt.args, err, tt.inMessage)
+			}
+		})
+	}
+}
+
+func TestLoopbackAccepted(t *testing.T) {
+	for _, addr := range []string{"127.0.0.1:8092", "127.0.0.1:0", "127.5.6.7:1", "[::1]:8092"} {
+		if err := checkLoopback(addr); err != nil {
+			t.Errorf("checkLoopback(%q) = %v, want nil", addr, err)
+		}
+	}
+}

@@ -1,0 +1,116 @@
+package daemon
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"maps"
+	"regexp"
+	"slices"
+	"strings"
+	"sync"
+
+	"github.com/allox-os/allox/internal/rpc"
+)
+
+// ErrDuplicateAction is returned when an action name is registered twice.
+var ErrDuplicateAction = errors.New("action already registered")
+
+// Origin says which listener a call arrived on.
+type Origin int
+
+const (
+	// Loopback is the unauthenticated listener inside the guest (--listen).
+	Loopback Origin = iota
+	// Host is the host-facing listener; every call on it carried the bearer token (--listen-host).
+	Host
+)
+
+func (o Origin) String() string {
+	if o == Host {
+		return "host"
+	}
+	return "loopback"
+}
+
+// Call is one decoded request as a handler sees it.
+type Call struct {
+	Action string
+	// Params is the params object ("{}" when the client sent none); decode it with rpc.DecodeParams.
+	Params json.RawMessage
+	Origin Origin
+
+	after []func() error
+}
+
+// AfterResponse runs f once the successful reply has been written and flushed to the client (for
+// effects such as power-off that would otherwise cut the reply short). It is not run when the call
+// fails; an error from f is logged, since the client already has its reply.
+func (c *Call) AfterResponse(f func() error) { c.after = append(c.after, f) }
+
+// Handler serves one action: guard, validate params, call the domain, return its result (encoded as
+// JSON) or its error (mapped by rpcError).
+type Handler func(ctx context.Context, c *Call) (any, error)
+
+// Action is a registered action.
+type Action struct {
+	Handler Handler
+	// HostOnly actions are refused with rpc.CodeForbidden on the loopback listener: processes in the
+	// guest (agents among them) must not reach them.
+	HostOnly bool
+}
+
+// Router maps action names to handlers. Domains and plugins register into it explicitly, from main;
+// it is safe for concurrent use, so registration may also happen while serving.
+type Router struct {
+	mu      sync.RWMutex
+	actions map[string]Action
+}
+
+// NewRouter returns an empty router.
+func NewRouter() *Router { return &Router{actions: map[string]Action{}} }
+
+var actionName = regexp.MustCompile(`^[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)+$`)
+
+// Register adds an action. Names are dotted lowercase words, domain first ("session.create").
+// Registering a name twice returns an error wrapping ErrDuplicateAction.
+func (r *Router) Register(name string, a Action) error {
+	if !actionName.MatchString(name) || len(name) > rpc.MaxActionBytes {
+		return fmt.Errorf("register action %q: the name must be dotted lowercase words, domain first, e.g. \"session.create\"", name)
+	}
+	if a.Handler == nil {
+		return fmt.Errorf("register action %q: BUG: nil handler", name)
+	}
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if _, dup := r.actions[name]; dup {
+		return fmt.Errorf("register action %q: %w", name, ErrDuplicateAction)
+	}
+	r.actions[name] = a
+	return nil
+}
+
+// Actions returns the registered action names, sorted.
+func (r *Router) Actions() []string {
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	return slices.Sorted(maps.Keys(r.actions))
+}
+
+// Dispatch finds the call's action, applies its guards and runs it.
+func (r *Router) Dispatch(ctx context.Context, c *Call) (any, error) {
+	r.mu.RLock()
+	a, ok := r.actions[c.Action]
+	r.mu.RUnlock()
+	if !ok {
+		known := r.Actions()
+		return nil, &rpc.Error{Code: rpc.CodeUnknownAction, Field: "action", Choices: known,
+			Message: fmt.Sprintf("unknown action %q: use one of %s", c.Action, strings.Join(known, ", "))}
+	}
+	if a.HostOnly && c.Origin != Host {
+		return nil, rpc.Errorf(rpc.CodeForbidden, "action",
+			"%s is accepted only on the host listener (--listen-host) with its bearer token, not on the %s listener", c.Action, c.Origin)
+	}
+	return a.Handler(ctx, c)
+}

@@ -1,0 +1,57 @@
+// Command allox-workspace-daemon is the guest's trusted control service: it serves the RPC API
+// (POST /v1/rpc) on a loopback listener and, when the host provided a token, on an authenticated
+// host-facing listener.
+//
+//	allox-workspace-daemon --root /var/lib/allox/workspaces --listen 127.0.0.1:8092 \
+//		[--listen-host 0.0.0.0:8093 --token-file /run/allox/rpc-token]
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"os/signal"
+	"syscall"
+
+	"github.com/allox-os/allox/services/internal/daemon"
+	"github.com/allox-os/allox/services/internal/system"
+)
+
+// version is set at build time with -ldflags "-X main.version=...".
+var version string
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, os.Interrupt)
+	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	stop()
+	switch {
+	case errors.Is(err, daemon.ErrUsage):
+		fmt.Fprintf(os.Stderr, "allox-workspace-daemon: %v\n", err)
+		os.Exit(2)
+	case err != nil:
+		fmt.Fprintf(os.Stderr, "allox-workspace-daemon: %v\n", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	cfg, err := daemon.ParseFlags(args, stderr)
+	if errors.Is(err, flag.ErrHelp) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	log := slog.New(slog.NewTextHandler(stderr, nil)).With("component", "workspace-daemon")
+	router := daemon.NewRouter()
+	// Domains and plugins register here, explicitly.
+	if err := daemon.RegisterSystem(router, system.New(cfg.Root, system.BuildVersion(version))); err != nil {
+		return err
+	}
+	log.Info("starting", "version", system.BuildVersion(version), "root", cfg.Root, "actions", router.Actions())
+	return daemon.Serve(ctx, cfg, router, log)
+}
