@@ -1,0 +1,105 @@
+// Package build is mkimage's pipeline: from a validated spec to the artifacts in the output
+// directory, one timed stage at a time. Expensive deterministic work (the kernel, the Debian userland)
+// comes from content-hashed caches outside the checkout.
+package build
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/allox-os/allox/initramfs"
+	"github.com/allox-os/allox/kernel"
+	"github.com/allox-os/allox/mkimage/internal/spec"
+	"github.com/allox-os/allox/rootfs"
+)
+
+// Options configure one build.
+type Options struct {
+	Spec       *spec.Image
+	SpecText   []byte // the spec's bytes, hashed into the provenance manifest and the filesystem ids
+	ModuleRoot string // the Allox checkout the Go binaries are built from
+	CacheDir   string
+	Epoch      int64 // SOURCE_DATE_EPOCH: every timestamp in the artifacts
+	Jobs       int   // kernel build parallelism; 0 = all CPUs
+	Progress   io.Writer
+}
+
+// Result summarises a build.
+type Result struct {
+	OutDir       string
+	Kernel       *kernel.Result
+	Provenance   *Provenance
+	StageSeconds map[string]float64
+}
+
+// state is what the stages hand each other.
+type state struct {
+	opt      Options
+	out      string // output directory
+	work     string // scratch space, removed at the end
+	kernel   *kernel.Result
+	bins     []rootfs.Binary
+	userland string
+	packages []rootfs.Package
+	tree     *initramfs.Tree
+	prov     *Provenance
+}
+
+type stage struct {
+	name string
+	run  func(ctx context.Context, s *state) error
+}
+
+var stages = []stage{
+	{"kernel", buildKernel},
+	{"go binaries", buildBinaries},
+	{"debian userland", fetchUserland},
+	{"stage rootfs", stageRootfs},
+	{"rootfs disk image", writeDisk},
+	{"initramfs", writeInitramfs},
+	{"kata drop-ins", writeKata},
+	{"boot info", writeBootInfo},
+	{"provenance manifest", writeProvenance},
+}
+
+// Run executes every stage in order, printing each with its time.
+func Run(ctx context.Context, opt Options) (*Result, error) {
+	if opt.Progress == nil {
+		opt.Progress = io.Discard
+	}
+	out := opt.Spec.Output.Dir
+	if err := os.MkdirAll(out, 0o755); err != nil {
+		return nil, fmt.Errorf("output directory: %w", err)
+	}
+	work, err := os.MkdirTemp(out, ".work-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(work)
+	s := &state{opt: opt, out: out, work: work, prov: newProvenance(opt)}
+	res := &Result{OutDir: out, StageSeconds: map[string]float64{}}
+	total := time.Now()
+	for i, st := range stages {
+		start := time.Now()
+		fmt.Fprintf(opt.Progress, "==> [%d/%d] %s\n", i+1, len(stages), st.name)
+		if err := st.run(ctx, s); err != nil {
+			return nil, fmt.Errorf("%s: %w", st.name, err)
+		}
+		d := time.Since(start)
+		res.StageSeconds[st.name] = d.Seconds()
+		fmt.Fprintf(opt.Progress, "    %s done in %s\n", st.name, d.Round(10*time.Millisecond))
+	}
+	fmt.Fprintf(opt.Progress, "==> built %s %s into %s in %s\n", opt.Spec.Name, opt.Spec.Version, out,
+		time.Since(total).Round(10*time.Millisecond))
+	res.Kernel, res.Provenance = s.kernel, s.prov
+	return res, nil
+}
+
+// place moves a finished file from the scratch directory into the output directory atomically.
+func (s *state) place(tmp, name string) error {
+	return os.Rename(tmp, filepath.Join(s.out, name))
+}

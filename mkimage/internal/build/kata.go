@@ -1,0 +1,120 @@
+package build
+
+import (
+	"context"
+	"encoding/json"
+	"net"
+	"os"
+	"path/filepath"
+	"strconv"
+
+	"github.com/allox-os/allox/deploy/kata"
+	"github.com/allox-os/allox/internal/artifact"
+	"github.com/allox-os/allox/mkimage/internal/spec"
+)
+
+// InstallDir is where a platform team installs the artifacts on a Kata host; the drop-ins name it.
+func InstallDir(img *spec.Image) string { return "/opt/allox/" + img.Name }
+
+func writeKata(ctx context.Context, s *state) error {
+	img := s.opt.Spec
+	dir := InstallDir(img)
+	a := kata.Assets{Kernel: filepath.Join(dir, artifact.Kernel), RootfsType: img.Kata.RootfsType,
+		KernelParams: img.Kata.KernelParams}
+	if img.Kata.BootMode == spec.BootInitrd {
+		st, err := os.Stat(filepath.Join(s.out, artifact.Initramfs))
+		if err != nil {
+			return err
+		}
+		a.Initrd, a.InitrdBytes, a.RootfsType = filepath.Join(dir, artifact.Initramfs), st.Size(), ""
+		a.DefaultMemoryMiB = s.memoryMiB()
+	} else {
+		a.Image = filepath.Join(dir, artifact.Rootfs)
+		// The image has no NVDIMM DAX header yet: attach it as virtio-blk (/dev/vda1).
+		a.DisableImageNvdimm = true
+	}
+	files, err := kata.Render(a)
+	if err != nil {
+		return err
+	}
+	for _, f := range files {
+		p := filepath.Join(s.out, artifact.KataDir, filepath.FromSlash(f.Name))
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			return err
+		}
+		if err := os.WriteFile(p, f.Data, 0o644); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// memoryMiB is the guest memory initrd mode needs: the unpacked rootfs lives in RAM, plus room for
+// the kernel, the page cache and the services.
+func (s *state) memoryMiB() int {
+	var bytes int64
+	for _, e := range s.tree.Entries() {
+		switch {
+		case e.Data != nil:
+			bytes += int64(len(e.Data))
+		case e.Source != "":
+			if st, err := os.Stat(e.Source); err == nil {
+				bytes += st.Size()
+			}
+		}
+	}
+	return max(1024, int(2*bytes>>20)+512)
+}
+
+func writeBootInfo(ctx context.Context, s *state) error {
+	img := s.opt.Spec
+	bi := artifact.BootInfo{
+		Cmdline:      img.Kernel.Cmdline,
+		ImageCmdline: []string{"root=/dev/vda1", "rootflags=data=ordered,errors=remount-ro", "ro", "rootfstype=" + img.Rootfs.Filesystem},
+		StoreSerial:  img.Init.Store.Serial,
+		MemoryMiB:    s.memoryMiB(),
+	}
+	bi.RPCPort, bi.TokenFwCfg = hostListener(img)
+	for _, svc := range img.Services {
+		if svc.Ready != nil {
+			bi.ReadyServices = append(bi.ReadyServices, svc.Name)
+		}
+	}
+	data, err := json.MarshalIndent(bi, "", "  ")
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(s.out, artifact.Boot), append(data, '\n'), 0o644)
+}
+
+// hostListener finds the daemon's token-protected host listener in the service commands
+// (--listen-host ADDR --token-file PATH) and the fw_cfg entry that delivers that token.
+func hostListener(img *spec.Image) (port int, fwcfg string) {
+	for _, svc := range img.Services {
+		args := flagValues(svc.Command)
+		addr, tokenFile := args["--listen-host"], args["--token-file"]
+		if addr == "" || tokenFile == "" {
+			continue
+		}
+		_, p, err := net.SplitHostPort(addr)
+		if err != nil {
+			continue
+		}
+		port, _ = strconv.Atoi(p)
+		for _, f := range img.Init.FwCfg {
+			if f.Path == tokenFile {
+				return port, f.Name
+			}
+		}
+		return port, ""
+	}
+	return 0, ""
+}
+
+func flagValues(argv []string) map[string]string {
+	m := map[string]string{}
+	for i := 1; i+1 < len(argv); i++ {
+		m[argv[i]] = argv[i+1]
+	}
+	return m
+}

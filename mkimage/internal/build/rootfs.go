@@ -1,0 +1,103 @@
+package build
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/allox-os/allox/initramfs"
+	"github.com/allox-os/allox/internal/artifact"
+	"github.com/allox-os/allox/internal/manifest"
+	"github.com/allox-os/allox/rootfs"
+)
+
+func fetchUserland(ctx context.Context, s *state) error {
+	r := s.opt.Spec.Rootfs
+	tarball, pkgs, err := rootfs.Fetch(ctx, s.opt.CacheDir, rootfs.DebianSpec{Suite: r.Suite, Packages: r.Packages},
+		indent(s.opt.Progress))
+	if err != nil {
+		return err
+	}
+	s.userland, s.packages = tarball, pkgs
+	return s.prov.addInput("debian-userland", filepath.Base(tarball), fmt.Sprintf("%s, %d packages", r.Suite, len(pkgs)), tarball)
+}
+
+// stageRootfs lays our binaries, the service manifest and the mountpoints over the userland.
+func stageRootfs(ctx context.Context, s *state) error {
+	tree, err := rootfs.Stage(s.userland)
+	if err != nil {
+		return err
+	}
+	var man bytes.Buffer
+	if err := manifest.Encode(&man, s.opt.Spec.Manifest()); err != nil {
+		return fmt.Errorf("service manifest: %w", err)
+	}
+	mounts := append([]string{}, rootfs.DefaultMountpoints...)
+	mounts = append(mounts, "/sys/fs/cgroup", "/var/lib/allox", s.opt.Spec.Init.Store.Mountpoint)
+	ov := rootfs.Overlay{Binaries: s.bins, Manifest: man.Bytes(), Hostname: s.opt.Spec.Init.Hostname, Mountpoints: mounts}
+	if err := ov.Apply(tree); err != nil {
+		return err
+	}
+	s.tree = tree
+	return nil
+}
+
+func (s *state) mtime() time.Time { return time.Unix(s.opt.Epoch, 0).UTC() }
+
+// fsID derives a fixed UUID from the spec, so two builds of the same spec get the same filesystem.
+func (s *state) fsID(purpose string) string {
+	h := sha256.Sum256(append([]byte("allox "+purpose+"\n"), s.opt.SpecText...))
+	h[6] = h[6]&0x0f | 0x40 // version 4 layout, deterministic content
+	h[8] = h[8]&0x3f | 0x80
+	return fmt.Sprintf("%x-%x-%x-%x-%x", h[0:4], h[4:6], h[6:8], h[8:10], h[10:16])
+}
+
+func writeDisk(ctx context.Context, s *state) error {
+	tmp := filepath.Join(s.work, artifact.Rootfs)
+	label := s.opt.Spec.Name
+	if len(label) > 16 {
+		label = label[:16]
+	}
+	opt := rootfs.DiskOptions{SizeMiB: s.opt.Spec.Rootfs.SizeMiB, Label: label, UUID: s.fsID("rootfs uuid"),
+		HashSeed: s.fsID("rootfs hash seed"), Mtime: s.mtime()}
+	if err := rootfs.WriteDisk(ctx, tmp, s.tree, opt); err != nil {
+		return err
+	}
+	return s.place(tmp, artifact.Rootfs)
+}
+
+// writeInitramfs writes the same tree with the Go init at /init, for Kata's initrd mode.
+func writeInitramfs(ctx context.Context, s *state) error {
+	init, ok := s.tree.Lookup(mustResolve(s.tree, InitPath))
+	if !ok {
+		return fmt.Errorf("BUG: %s missing from the staged tree", InitPath)
+	}
+	init.Path = "/init"
+	if err := s.tree.Set(init); err != nil {
+		return err
+	}
+	tmp := filepath.Join(s.work, artifact.Initramfs)
+	f, err := os.Create(tmp)
+	if err != nil {
+		return err
+	}
+	if err := initramfs.WriteGzip(f, s.tree, s.mtime()); err != nil {
+		f.Close()
+		return err
+	}
+	if err := f.Close(); err != nil {
+		return err
+	}
+	return s.place(tmp, artifact.Initramfs)
+}
+
+func mustResolve(t *initramfs.Tree, p string) string {
+	if r, err := t.Resolve(p); err == nil {
+		return r
+	}
+	return p
+}

@@ -1,0 +1,113 @@
+package cli
+
+import (
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"path/filepath"
+
+	"github.com/allox-os/allox/internal/artifact"
+	"github.com/allox-os/allox/kernel"
+	"github.com/allox-os/allox/mkimage/internal/build"
+)
+
+type buildFlags struct {
+	out   string
+	cache string
+	jobs  int
+}
+
+func parseBuildFlags(c Context, name string, args []string) (*buildFlags, []string, error) {
+	fs := flag.NewFlagSet(name, flag.ContinueOnError)
+	fs.SetOutput(c.Stderr)
+	bf := &buildFlags{}
+	fs.StringVar(&bf.out, "out", "", "output directory (default: the spec's output.dir)")
+	fs.StringVar(&bf.cache, "cache", artifact.CacheDir(), "cache directory for the kernel and the Debian userland ($ALLOX_CACHE)")
+	fs.IntVar(&bf.jobs, "j", 0, "kernel build jobs (default: all CPUs)")
+	if err := fs.Parse(args); err != nil {
+		return nil, nil, err
+	}
+	return bf, fs.Args(), nil
+}
+
+func runBuild(ctx context.Context, c Context, args []string) error {
+	bf, rest, err := parseBuildFlags(c, "build", args)
+	if err != nil {
+		return err
+	}
+	path, err := oneOptionalArg(rest)
+	if err != nil {
+		return err
+	}
+	l, err := load(c, path)
+	if err != nil {
+		return err
+	}
+	if bf.out != "" {
+		if l.img.Output.Dir, err = filepath.Abs(bf.out); err != nil {
+			return err
+		}
+	}
+	epoch, err := sourceDateEpoch()
+	if err != nil {
+		return err
+	}
+	_, err = build.Run(ctx, build.Options{Spec: l.img, SpecText: l.text, ModuleRoot: l.moduleRoot,
+		CacheDir: bf.cache, Epoch: epoch, Jobs: bf.jobs, Progress: c.Stdout})
+	return err
+}
+
+func runValidate(ctx context.Context, c Context, args []string) error {
+	if len(args) != 1 {
+		return errUsage
+	}
+	l, err := load(c, args[0])
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(c.Stdout, "%s: ok (%s %s, %d service(s), %d kernel fragment(s))\n", args[0], l.img.Name,
+		l.img.Version, len(l.img.Services), len(l.img.Kernel.Fragments))
+	return nil
+}
+
+func runPlan(ctx context.Context, c Context, args []string) error {
+	path, err := oneOptionalArg(args)
+	if err != nil {
+		return err
+	}
+	l, err := load(c, path)
+	if err != nil {
+		return err
+	}
+	return writeJSON(c.Stdout, build.NewPlan(l.img, artifact.CacheDir()))
+}
+
+func runKernelConfig(ctx context.Context, c Context, args []string) error {
+	bf, rest, err := parseBuildFlags(c, "kernel-config", args)
+	if err != nil {
+		return err
+	}
+	path, err := oneOptionalArg(rest)
+	if err != nil {
+		return err
+	}
+	l, err := load(c, path)
+	if err != nil {
+		return err
+	}
+	b := &kernel.Builder{CacheDir: bf.cache, Log: c.Stderr}
+	final, err := b.FinalConfig(ctx, build.KernelSpec(l.img, 0, bf.jobs))
+	if err != nil {
+		return err
+	}
+	_, err = c.Stdout.Write(final)
+	return err
+}
+
+func writeJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}

@@ -1,0 +1,108 @@
+package spec
+
+import (
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/allox-os/allox/internal/manifest"
+	"github.com/google/go-cmp/cmp"
+)
+
+// A spec that leaves everything optional out gets the documented defaults; relative paths resolve
+// against the base directory; globs expand sorted, in glob order, without duplicates.
+func TestParseDefaults(t *testing.T) {
+	dir := t.TempDir()
+	for _, name := range []string{"b.conf", "a.conf", "c.config", "linux.tar.xz", "base.config"} {
+		if err := os.WriteFile(filepath.Join(dir, name), nil, 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.Mkdir(filepath.Join(dir, "d.conf"), 0o755); err != nil { // directories never match
+		t.Fatal(err)
+	}
+	src := `
+name = "tiny"
+kernel {
+  source {
+    tarball = "linux.tar.xz"
+    sha256  = "585a4a074597aefa2b1a68ada83a3184ba351c127544dea80618bbcceaa3961f"
+  }
+  base      = "base.config"
+  fragments = ["c.config", "*.conf", "a.conf"]
+}
+init {
+  hostname = "tiny"
+  workspace_store {
+    serial            = "ws"
+    mountpoint        = "/ws"
+    label             = "ws"
+    fallback_size_mib = 128
+  }
+}
+rootfs {
+  packages = ["zsh", "busybox", "zsh"]
+}
+service "sh" {
+  command = ["/bin/sh"]
+  env     = { HOME = "/root" }
+}
+`
+	img, diags := Parse("tiny.hcl", []byte(src), dir)
+	if len(diags) > 0 {
+		t.Fatalf("Parse: %v", diags)
+	}
+	want := &Image{
+		Name: "tiny",
+		File: filepath.Join(dir, "tiny.hcl"),
+		Kernel: Kernel{
+			Source:    KernelSource{Tarball: filepath.Join(dir, "linux.tar.xz"), SHA256: "585a4a074597aefa2b1a68ada83a3184ba351c127544dea80618bbcceaa3961f"},
+			Base:      filepath.Join(dir, "base.config"),
+			Fragments: []string{filepath.Join(dir, "c.config"), filepath.Join(dir, "a.conf"), filepath.Join(dir, "b.conf")},
+		},
+		Init: Init{
+			Hostname: "tiny",
+			Store:    manifest.Store{Serial: "ws", Mountpoint: "/ws", Label: "ws", FallbackSizeMiB: 128},
+		},
+		Rootfs: Rootfs{Suite: "bookworm", Packages: []string{"busybox", "zsh"}, Filesystem: "ext4"},
+		Services: []Service{{Service: manifest.Service{
+			Name: "sh", Command: []string{"/bin/sh"}, Env: map[string]string{"HOME": "/root"}, Restart: "on-failure",
+		}}},
+		Kata:   Kata{BootMode: "image", RootfsType: "ext4"},
+		Output: Output{Dir: filepath.Join(dir, "out")},
+	}
+	if diff := cmp.Diff(want, img); diff != "" {
+		t.Errorf("Parse mismatch (-want +got):\n%s", diff)
+	}
+}
+
+func TestManifest(t *testing.T) {
+	img, diags := Load(defaultSpec)
+	if diags.HasErrors() {
+		t.Fatal(diags)
+	}
+	m := img.Manifest()
+	if err := m.Validate(); err != nil {
+		t.Fatalf("Manifest().Validate: %v", err)
+	}
+	want := &manifest.Manifest{
+		Version:  manifest.Version,
+		Image:    manifest.Image{Name: "allox", Version: "0.1.0"},
+		Hostname: "allox",
+		Store:    img.Init.Store,
+		Network:  &manifest.Network{Interface: "eth0", Address: "10.0.2.15/24", Gateway: "10.0.2.2"},
+		FwCfg:    []manifest.FwCfg{{Name: "opt/allox/rpc-token", Path: "/run/allox/rpc-token", Mode: 0o600}},
+		Services: []manifest.Service{img.Services[0].Service},
+	}
+	if diff := cmp.Diff(want, m); diff != "" {
+		t.Errorf("Manifest mismatch (-want +got):\n%s", diff)
+	}
+	// The manifest shares no memory with the image.
+	m.Services[0].Command[0] = "/changed"
+	m.Services[0].Ready.TCP = "changed:1"
+	m.Network.Gateway = "changed"
+	m.FwCfg[0].Path = "/changed"
+	if diff := cmp.Diff(wantDefault(t), img); diff != "" {
+		t.Errorf("changing the manifest changed the image (-want +got):\n%s", diff)
+	}
+}

@@ -1,0 +1,203 @@
+package spec
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/hashicorp/hcl/v2"
+)
+
+// validSpec is the spec each case below edits; the line numbers in the cases refer to it.
+const validSpec = `name = "test"
+kernel {
+  source {
+    debian_package = "linux-source-6.12"
+    version        = "6.12.117-1~deb12u1"
+    sha256         = "585a4a074597aefa2b1a68ada83a3184ba351c127544dea80618bbcceaa3961f"
+  }
+  base      = "allnoconfig"
+  fragments = ["../kernel/fragments/*.conf"]
+}
+init {
+  hostname = "test"
+  workspace_store {
+    serial            = "ws"
+    mountpoint        = "/ws"
+    label             = "ws"
+    fallback_size_mib = 256
+  }
+  network {
+    interface = "eth0"
+    address   = "10.0.2.15/24"
+  }
+  fw_cfg "opt/token" {
+    path = "/run/token"
+    mode = "0600"
+  }
+}
+service "store" {
+  command = ["/bin/store"]
+}
+service "daemon" {
+  command = ["/bin/daemon"]
+  after   = ["store"]
+}
+kata {
+  boot_mode = "image"
+}
+`
+
+// render turns diagnostics into comparable lines: "LINE:COL: Summary: Detail", with the checkout's
+// absolute path replaced by $ROOT.
+func render(t *testing.T, diags hcl.Diagnostics) []string {
+	var out []string
+	for _, d := range diags {
+		pos := "-"
+		if d.Subject != nil {
+			pos = fmt.Sprintf("%d:%d", d.Subject.Start.Line, d.Subject.Start.Column)
+		}
+		out = append(out, strings.ReplaceAll(fmt.Sprintf("%s: %s: %s", pos, d.Summary, d.Detail), repoRoot(t), "$ROOT"))
+	}
+	return out
+}
+
+func TestValidSpec(t *testing.T) {
+	if _, diags := Parse("test.hcl", []byte(validSpec), "../../../images"); len(diags) > 0 {
+		t.Fatalf("the base spec of the error tests must be valid: %v", render(t, diags))
+	}
+}
+
+func TestParseErrors(t *testing.T) {
+	tests := []struct {
+		name string
+		edit []string // pairs of old, new applied to validSpec
+		want []string
+	}{{
+		name: "attribute typo",
+		edit: []string{"fragments =", "fragmnts  ="},
+		want: []string{`9:3: Unsupported argument: An argument named "fragmnts" is not expected here. Did you mean "fragments"?`},
+	}, {
+		name: "block typo",
+		edit: []string{`service "daemon"`, `servce "daemon"`},
+		want: []string{`31:1: Unsupported block type: Blocks of type "servce" are not expected here. Did you mean "service"?`},
+	}, {
+		name: "typo of an attribute that is also set",
+		edit: []string{`  base      = "allnoconfig"`, `  base      = "allnoconfig"` + "\n  bse = 1"},
+		want: []string{`9:3: Unsupported argument: An argument named "bse" is not expected here. Did you mean "base"? It is already set on line 8; remove one of the two.`},
+	}, {
+		name: "attribute in the wrong block",
+		edit: []string{`  base      = "allnoconfig"`, `  sha256    = "allnoconfig"`},
+		want: []string{
+			`2:8: Missing required argument: The argument "base" is required, but no definition was found.`,
+			`8:3: Unsupported argument: An argument named "sha256" is not expected here. "sha256" belongs in the kernel source block.`,
+		},
+	}, {
+		name: "sha256 one digit short",
+		edit: []string{"3961f\"", "3961\""},
+		want: []string{`6:22: Invalid sha256: sha256 must be 64 hex digits; got 63. Compute it with: sha256sum FILE.`},
+	}, {
+		name: "sha256 uppercase",
+		edit: []string{"585a4a074597aefa", "585A4A074597AEFA"},
+		want: []string{`6:22: Invalid sha256: sha256 must be lowercase hex; write "585a4a074597aefa2b1a68ada83a3184ba351c127544dea80618bbcceaa3961f".`},
+	}, {
+		name: "dependency cycle",
+		edit: []string{`command = ["/bin/store"]`, `command = ["/bin/store"]` + "\n  after   = [\"daemon\"]"},
+		want: []string{`30:13: Service dependency cycle: services form a dependency cycle: [store daemon store]. Init could never start these services; remove one of the after entries that close the loop.`},
+	}, {
+		name: "unknown after",
+		edit: []string{`after   = ["store"]`, `after   = ["stor"]`},
+		want: []string{`33:14: Unknown service in after: service "daemon" waits for "stor", but no service of that name is defined; the others are "store". Did you mean "store"?`},
+	}, {
+		name: "missing required argument",
+		edit: []string{`  hostname = "test"` + "\n", ""},
+		want: []string{`11:6: Missing required argument: The argument "hostname" is required, but no definition was found.`},
+	}, {
+		name: "missing required block",
+		edit: []string{"kata {\n  boot_mode = \"image\"\n}\n", "", validSpec[strings.Index(validSpec, "init {"):strings.Index(validSpec, "service \"store\"")], ""},
+		want: []string{`1:1: Missing init block: Exactly one "init" block is required here; add init { ... }.`},
+	}, {
+		name: "duplicate service",
+		edit: []string{`service "daemon"`, `service "store"`, `after   = ["store"]`, ""},
+		want: []string{`31:9: Duplicate service: service "store" is already defined at test.hcl:28,1-16; rename one of them or merge the two blocks.`},
+	}, {
+		name: "several errors are all reported, in source order",
+		edit: []string{
+			`name = "test"`, `name = "Test Image"`,
+			`"image"`, `"imag"`,
+			`"/ws"`, `"ws"`,
+			`"10.0.2.15/24"`, `"10.0.2.15"`,
+			`"0600"`, `"0800"`,
+			`"../kernel/fragments/*.conf"`, `"../kernel/fragmnts/*.conf"`,
+			`command = ["/bin/store"]`, `command = ["/bin/store"]` + "\n  restart = \"alway\"",
+		},
+		want: []string{
+			`1:8: Invalid image name: image name "Test Image" must be 1 to 63 lowercase letters, digits, '.', '_' or '-', starting with a letter or digit; for example "test-image".`,
+			`9:16: Fragment glob matches no file: No config fragment file matches "$ROOT/kernel/fragmnts/*.conf" (relative paths resolve against $ROOT/images). Did you mean "$ROOT/kernel/fragments"?`,
+			`15:25: Path is not absolute: mountpoint must be an absolute path in the guest; write "/ws".`,
+			`21:17: Invalid network address: address must be the interface's address in CIDR notation; add the prefix length, e.g. "10.0.2.15/24".`,
+			`25:12: Invalid file mode: mode must be an octal number from "0000" to "7777", such as "0600"; got "0800".`,
+			`30:13: Unknown restart policy: restart must be "always", "on-failure" or "never"; got "alway". Did you mean "always"?`,
+			`37:15: Unknown boot mode: boot_mode must be "image" or "initrd"; got "imag". Did you mean "image"?`,
+		},
+	}, {
+		name: "mode as a bare number",
+		edit: []string{`"0600"`, `0600`},
+		want: []string{`25:12: Invalid file mode: mode must be a quoted octal string: HCL reads the bare number 600 as decimal. Write mode = "0600".`},
+	}, {
+		name: "gateway outside the network",
+		edit: []string{`address   = "10.0.2.15/24"`, `address   = "10.0.2.15/24"` + "\n    gateway   = \"10.0.3.1\""},
+		want: []string{`22:17: Gateway outside the network: gateway 10.0.3.1 is not in 10.0.2.0/24, so it cannot be reached; pick an address inside it such as 10.0.2.1.`},
+	}, {
+		name: "rootfs_type differs from the filesystem",
+		edit: []string{`boot_mode = "image"`, `rootfs_type = "xfs"`},
+		want: []string{`36:17: rootfs_type does not match the root filesystem: kata.rootfs_type is "xfs" but rootfs.filesystem is "ext4"; Kata must mount the filesystem the image has. Set rootfs_type = "ext4".`},
+	}, {
+		name: "type error suppresses the semantic check of the same attribute",
+		edit: []string{`command = ["/bin/store"]`, `command = "/bin/store"`},
+		want: []string{`29:13: Unsuitable value type: Unsuitable value: list of string required, but have string`},
+	}, {
+		name: "unsupported filesystem names the field",
+		edit: []string{"kata {", "rootfs {\n  filesystem = \"xfs\"\n}\nkata {"},
+		want: []string{`36:16: Unsupported root filesystem: rootfs.filesystem "xfs" is not supported; only "ext4" is. Set filesystem = "ext4" or remove the attribute.`},
+	}, {
+		name: "duplicate kernel block",
+		edit: []string{"init {", "kernel {\n}\ninit {"},
+		want: []string{`11:1: Duplicate kernel block: Only one "kernel" block is allowed here; the first one is at test.hcl:2,1-7. Merge the two blocks.`},
+	}, {
+		name: "debian_package and tarball together",
+		edit: []string{`    sha256 `, `    tarball        = "../kernel/allowlist"` + "\n    sha256 "},
+		want: []string{`6:22: Conflicting kernel sources: Set debian_package and version, or tarball, not both: remove tarball or debian_package.`},
+	}, {
+		name: "ready with both tcp and path",
+		edit: []string{`command = ["/bin/store"]`, `command = ["/bin/store"]` + "\n  ready {\n    tcp  = \"127.0.0.1:1\"\n    path = \"/run/ok\"\n  }"},
+		want: []string{`30:3: Invalid ready block: ready needs exactly one of tcp (host:port) or path (a file that appears); set one.`},
+	}, {
+		name: "invalid service name",
+		edit: []string{`service "store"`, `service "Store DB"`, `["store"]`, `["Store DB"]`},
+		want: []string{`28:9: Invalid service name: service name "Store DB" must be 1 to 63 lowercase letters, digits, '.', '_' or '-', starting with a letter or digit; for example "store-db".`},
+	}, {
+		name: "syntax error",
+		edit: []string{`name = "test"`, `name "test"`},
+		want: []string{`1:12: Invalid block definition: A block definition must have block content delimited by "{" and "}", starting on the same line as the block header.`},
+	}}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			src := validSpec
+			for i := 0; i < len(tt.edit); i += 2 {
+				if !strings.Contains(src, tt.edit[i]) {
+					t.Fatalf("edit %q does not apply", tt.edit[i])
+				}
+				src = strings.Replace(src, tt.edit[i], tt.edit[i+1], 1)
+			}
+			img, diags := Parse("test.hcl", []byte(src), "../../../images")
+			if img != nil {
+				t.Errorf("Parse returned an image along with errors")
+			}
+			if diff := cmp.Diff(tt.want, render(t, diags)); diff != "" {
+				t.Errorf("diagnostics mismatch (-want +got):\n%s\nsource:\n%s", diff, src)
+			}
+		})
+	}
+}
