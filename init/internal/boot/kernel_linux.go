@@ -1,0 +1,119 @@
+package boot
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/allox-os/allox/init/internal/netconf"
+	"golang.org/x/sys/unix"
+)
+
+// SystemPath is the PATH init uses for the tools it runs and gives to services.
+const SystemPath = "/usr/sbin:/usr/bin:/sbin:/bin"
+
+// Kernel returns the Sys that really mounts, configures and formats, rooted at "/".
+func Kernel() *Sys {
+	return &Sys{
+		Root:         "/",
+		Mount:        unix.Mount,
+		Sethostname:  func(name string) error { return unix.Sethostname([]byte(name)) },
+		LinkUp:       netconf.LinkUp,
+		AddrAdd:      netconf.AddrAdd,
+		DefaultRoute: netconf.DefaultRoute,
+		Mkfs:         MkfsBtrfs("/"),
+		Loop:         AttachLoop,
+		StoreWait:    2 * time.Second,
+	}
+}
+
+// LookPath finds an executable named name in the SystemPath directories under root.
+func LookPath(root, name string) (string, error) {
+	for _, dir := range filepath.SplitList(SystemPath) {
+		p := filepath.Join(root, dir, name)
+		if fi, err := os.Stat(p); err == nil && fi.Mode().IsRegular() && fi.Mode().Perm()&0o111 != 0 {
+			return p, nil
+		}
+	}
+	return "", fmt.Errorf("%s not found in %s (install btrfs-progs in the image)", name, SystemPath)
+}
+
+// MkfsBtrfs returns a Sys.Mkfs that runs mkfs.btrfs from root. It never passes --force: mkfs
+// refuses a device where it finds a filesystem, a second guard after Classify.
+func MkfsBtrfs(root string) func(ctx context.Context, dev, label string, mixed bool) error {
+	return func(ctx context.Context, dev, label string, mixed bool) error {
+		bin, err := LookPath(root, "mkfs.btrfs")
+		if err != nil {
+			return err
+		}
+		args := []string{"--nodiscard"}
+		if label != "" {
+			args = append(args, "--label", label)
+		}
+		if mixed {
+			args = append(args, "--mixed")
+		}
+		args = append(args, dev)
+		cmd := exec.CommandContext(ctx, bin, args...)
+		cmd.Env = []string{"PATH=" + SystemPath}
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return fmt.Errorf("%s %s: %w: %s", bin, strings.Join(args, " "), err, strings.TrimSpace(string(out)))
+		}
+		return nil
+	}
+}
+
+// AttachLoop binds file to a free loop device with LOOP_CONFIGURE and keeps the device open
+// until release, which sets LO_FLAGS_AUTOCLEAR: the device then detaches on its last close
+// (at once if nothing mounted it, at the unmount otherwise).
+func AttachLoop(file string) (string, func() error, error) {
+	f, err := os.OpenFile(file, os.O_RDWR, 0)
+	if err != nil {
+		return "", nil, err
+	}
+	defer f.Close() // the loop device holds its own reference to the file
+	ctl, err := os.OpenFile("/dev/loop-control", os.O_RDWR, 0)
+	if err != nil {
+		return "", nil, err
+	}
+	defer ctl.Close()
+	for range 16 { // another process may take the free device between GET_FREE and CONFIGURE
+		n, err := unix.IoctlRetInt(int(ctl.Fd()), unix.LOOP_CTL_GET_FREE)
+		if err != nil {
+			return "", nil, fmt.Errorf("LOOP_CTL_GET_FREE: %w", err)
+		}
+		dev := fmt.Sprintf("/dev/loop%d", n)
+		l, err := os.OpenFile(dev, os.O_RDWR, 0)
+		if err != nil {
+			return "", nil, err
+		}
+		cfg := unix.LoopConfig{Fd: uint32(f.Fd())}
+		copy(cfg.Info.File_name[:], file)
+		err = unix.IoctlLoopConfigure(int(l.Fd()), &cfg)
+		if errors.Is(err, unix.EBUSY) {
+			l.Close()
+			continue
+		}
+		if err != nil {
+			l.Close()
+			return "", nil, fmt.Errorf("LOOP_CONFIGURE %s: %w", dev, err)
+		}
+		return dev, func() error { return autoclear(l) }, nil
+	}
+	return "", nil, errors.New("no free loop device after 16 tries")
+}
+
+func autoclear(l *os.File) error {
+	defer l.Close()
+	info, err := unix.IoctlLoopGetStatus64(int(l.Fd()))
+	if err != nil {
+		return err
+	}
+	info.Flags |= unix.LO_FLAGS_AUTOCLEAR
+	return unix.IoctlLoopSetStatus64(int(l.Fd()), info)
+}

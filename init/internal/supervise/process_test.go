@@ -1,0 +1,211 @@
+package supervise
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/allox-os/allox/internal/manifest"
+	"github.com/google/go-cmp/cmp"
+)
+
+func TestOutputToConsoleAndLog(t *testing.T) {
+	var console syncBuffer
+	dir := t.TempDir()
+	long := strings.Repeat("x", maxLine+10)
+	_, rec := start(t, Config{Console: &console, LogDir: dir},
+		sh("talk", manifest.RestartNever, "echo hello; echo oops >&2; printf "+long+"; printf '\\nno newline'"))
+	rec.await(t, "talk done 0", 1)
+	want := "[talk] hello\n[talk] oops\n[talk] " + long[:maxLine] + "\n[talk] " + long[maxLine:] + "\n[talk] no newline\n"
+	if diff := cmp.Diff(want, console.String()); diff != "" {
+		t.Errorf("console (-want +got):\n%s", diff)
+	}
+	log, err := os.ReadFile(filepath.Join(dir, "talk.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if want := "hello\noops\n" + long[:maxLine] + "\n" + long[maxLine:] + "\nno newline\n"; string(log) != want {
+		t.Errorf("talk.log = %q", log)
+	}
+}
+
+func TestEnvironmentIsClean(t *testing.T) {
+	t.Setenv("INIT_ODDITY", "leaks")
+	dir := t.TempDir()
+	svc := manifest.Service{Name: "env", Restart: manifest.RestartNever, Command: []string{"env"},
+		Env: map[string]string{"ZED": "last", "ALPHA": "first", "HOME": "/root"}}
+	_, rec := start(t, Config{LogDir: dir}, svc)
+	rec.await(t, "env done 0", 1)
+	got, _ := os.ReadFile(filepath.Join(dir, "env.log"))
+	want := "ALPHA=first\nHOME=/root\nPATH=" + DefaultPath + "\nZED=last\n"
+	if diff := cmp.Diff(want, string(got)); diff != "" {
+		t.Errorf("environment (-want +got):\n%s", diff)
+	}
+}
+
+func TestLimits(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		adj        int
+		nofile     uint64
+		privileged bool
+	}{
+		{"unprivileged", 500, 1000, false},  // raising oom_score_adj, a limit under the hard one
+		{"kata-agent", -997, 1048576, true}, // what the agent gets: needs CAP_SYS_RESOURCE
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if tc.privileged && !hasCapSysResource(t) {
+				t.Skip("needs CAP_SYS_RESOURCE to lower oom_score_adj and raise the hard RLIMIT_NOFILE; " +
+					"run as real root (sudo go test ./init/internal/supervise -run Limits), not in a capability-reduced container")
+			}
+			svc := sh("limited", manifest.RestartNever, "exec sleep 100")
+			svc.OOMScoreAdj, svc.NoFile = tc.adj, tc.nofile
+			s, rec := start(t, Config{}, svc)
+			rec.await(t, "limited ready", 1)
+			defer s.Stop()
+			pid := startedPID(rec)
+			adj, _ := os.ReadFile(fmt.Sprintf("/proc/%d/oom_score_adj", pid))
+			if strings.TrimSpace(string(adj)) != strconv.Itoa(tc.adj) {
+				t.Errorf("oom_score_adj = %q, want %d", adj, tc.adj)
+			}
+			limits, _ := os.ReadFile(fmt.Sprintf("/proc/%d/limits", pid))
+			want := fmt.Sprintf("Max open files            %-21d%-21d", tc.nofile, tc.nofile)
+			if !strings.Contains(string(limits), want) {
+				t.Errorf("limits have no %q:\n%s", want, limits)
+			}
+			rec.mu.Lock()
+			for _, e := range rec.events {
+				if e.Kind == Warning {
+					t.Errorf("warning: %v", e.Err)
+				}
+			}
+			rec.mu.Unlock()
+		})
+	}
+}
+
+func startedPID(rec *recorder) int {
+	rec.mu.Lock()
+	defer rec.mu.Unlock()
+	for _, e := range rec.events {
+		if e.Kind == Started {
+			return e.PID
+		}
+	}
+	return 0
+}
+
+func hasCapSysResource(t *testing.T) bool {
+	status, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, l := range strings.Split(string(status), "\n") {
+		if hex, ok := strings.CutPrefix(l, "CapEff:\t"); ok {
+			caps, err := strconv.ParseUint(hex, 16, 64)
+			return err == nil && caps&(1<<24) != 0 // CAP_SYS_RESOURCE
+		}
+	}
+	return false
+}
+
+// TestZombiesAreReaped: a service leaves a background child behind, which is re-parented to
+// this process (a subreaper, as PID 1 is for everyone) and must be reaped as an orphan.
+func TestZombiesAreReaped(t *testing.T) {
+	before := reaper.Orphans()
+	_, rec := start(t, Config{}, sh("parent", manifest.RestartNever, "sleep 0.2 & exit 0"))
+	rec.await(t, "parent done 0", 1)
+	deadline := time.Now().Add(10 * time.Second)
+	for reaper.Orphans() == before {
+		if time.Now().After(deadline) {
+			t.Fatal("the orphaned sleep was never reaped")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	if z := zombies(t); len(z) > 0 {
+		t.Errorf("zombie children left: %v", z)
+	}
+}
+
+// zombies lists the children of this process in state Z.
+func zombies(t *testing.T) []int {
+	t.Helper()
+	stats, _ := filepath.Glob("/proc/[0-9]*/stat")
+	var out []int
+	for _, f := range stats {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			continue
+		}
+		// pid (comm) state ppid ...: comm may hold spaces, so cut after the last ')'.
+		s := string(b)
+		fields := strings.Fields(s[strings.LastIndexByte(s, ')')+1:])
+		if len(fields) > 1 && fields[0] == "Z" && fields[1] == strconv.Itoa(os.Getpid()) {
+			pid, _ := strconv.Atoi(filepath.Base(filepath.Dir(f)))
+			out = append(out, pid)
+		}
+	}
+	return out
+}
+
+func TestWithAgent(t *testing.T) {
+	root := t.TempDir()
+	daemon := manifest.Service{Name: "daemon", Command: []string{"/usr/bin/daemon"}, Restart: "always"}
+	if got, added, err := WithAgent(root, []manifest.Service{daemon}); added || err != nil || len(got) != 1 {
+		t.Fatalf("no agent binary: added=%v err=%v", added, err)
+	}
+	if err := os.MkdirAll(filepath.Join(root, "usr/bin"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(root, AgentPath), nil, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	got, added, err := WithAgent(root, []manifest.Service{daemon})
+	if !added || err != nil {
+		t.Fatalf("added=%v err=%v", added, err)
+	}
+	if diff := cmp.Diff([]manifest.Service{daemon, Agent}, got); diff != "" {
+		t.Errorf("services (-want +got):\n%s", diff)
+	}
+	own := manifest.Service{Name: "agent", Command: []string{AgentPath, "--debug"}, Restart: "never"}
+	if _, added, _ := WithAgent(root, []manifest.Service{own}); added {
+		t.Error("added a second agent next to the manifest's own")
+	}
+	clash := manifest.Service{Name: "kata-agent", Command: []string{"/bin/true"}, Restart: "never"}
+	if _, _, err := WithAgent(root, []manifest.Service{clash}); err == nil {
+		t.Error("no error for a service named kata-agent that does not run the agent")
+	}
+}
+
+func TestLookPath(t *testing.T) {
+	if p, err := lookPath("sh", []string{"PATH=/nonexistent:/bin"}); err != nil || p != "/bin/sh" {
+		t.Errorf("lookPath(sh) = %q, %v", p, err)
+	}
+	if _, err := lookPath("sh", []string{"PATH=/nonexistent"}); err == nil {
+		t.Error("found sh outside PATH")
+	}
+}
+
+func TestLogRotation(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "svc.log")
+	l, err := openLog(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	line := []byte(strings.Repeat("x", 1023) + "\n")
+	for range maxLog/len(line) + 10 {
+		if _, err := l.Write(line); err != nil {
+			t.Fatal(err)
+		}
+	}
+	l.Close()
+	old, _ := os.Stat(path + ".1")
+	cur, _ := os.Stat(path)
+	if old == nil || cur == nil || old.Size() != maxLog || cur.Size() != 10*int64(len(line)) {
+		t.Errorf("after rotation: %v and %v, want %d and %d bytes", old, cur, maxLog, 10*len(line))
+	}
+}
