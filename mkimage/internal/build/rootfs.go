@@ -5,6 +5,7 @@ import (
 	"context"
 	"crypto/sha256"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"time"
@@ -78,6 +79,11 @@ func writeInitramfs(ctx context.Context, s *state) error {
 	}
 	init.Path = "/init"
 	if err := s.tree.Set(init); err != nil {
+		return err
+	}
+	// The kernel opens /dev/console for /init before anything is mounted.
+	console := initramfs.Entry{Path: "/dev/console", Mode: fs.ModeDevice | fs.ModeCharDevice | 0o600, Major: 5, Minor: 1}
+	if err := s.tree.Set(console); err != nil {
 		return err
 	}
 	tmp := filepath.Join(s.work, artifact.Initramfs)
