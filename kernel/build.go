@@ -99,6 +99,22 @@ func (b *Builder) FinalConfig(ctx context.Context, spec Spec) ([]byte, error) {
 	return b.finalConfig(ctx, w)
 }
 
+// Cached reports whether a finished build for spec is in the cache, without configuring or
+// compiling anything: it answers only when the config inputs were proven before.
+func (b *Builder) Cached(spec Spec) (*Result, bool) {
+	in, err := readInputs(spec)
+	if err != nil {
+		return nil, false
+	}
+	final, err := os.ReadFile(filepath.Join(b.CacheDir, "kernel", "configs", in.digest+".config"))
+	if err != nil {
+		return nil, false
+	}
+	res := &Result{Key: buildKey(in, final, spec.Epoch), Requested: len(in.req.Settings()), Cached: true}
+	res.Dir = filepath.Join(b.CacheDir, "kernel", "builds", res.Key)
+	return res, complete(res)
+}
+
 // inputs are the parsed, hashed inputs of a build.
 type inputs struct {
 	req       *Requests

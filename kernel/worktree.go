@@ -169,7 +169,11 @@ func (b *Builder) compile(ctx context.Context, w *workTree, final []byte, res *R
 		return err
 	}
 	for src, dst := range map[string]string{"arch/x86/boot/bzImage": "bzImage", "vmlinux": "vmlinux", ".config": "config"} {
+		// Read-only: the output directory hard-links these files, and nothing may edit the cache.
 		if err := copyFile(filepath.Join(w.dir, src), filepath.Join(tmp, dst)); err != nil {
+			return err
+		}
+		if err := os.Chmod(filepath.Join(tmp, dst), 0o444); err != nil {
 			return err
 		}
 	}

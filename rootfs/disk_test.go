@@ -166,6 +166,15 @@ func TestWriteDiskDeterministic(t *testing.T) {
 	if !sameFile(t, a, b) {
 		t.Error("two WriteDisk runs of the same tree and options differ")
 	}
+	// Epoch 0 (mkimage's default SOURCE_DATE_EPOCH) must not let the clock in either: e2fsprogs reads
+	// E2FSPROGS_FAKE_TIME=0 as unset.
+	zero := testOptions
+	zero.Mtime = time.Unix(0, 0)
+	z1 := writeTestDisk(t, diskTree(t, false), zero)
+	time.Sleep(1100 * time.Millisecond)
+	if !sameFile(t, z1, writeTestDisk(t, diskTree(t, false), zero)) {
+		t.Error("two WriteDisk runs at epoch 0 differ")
+	}
 	opt := testOptions
 	opt.UUID = "7c2a6e0e-3f7b-5d0a-9c51-2b1f0e6d4a11"
 	if sameFile(t, a, writeTestDisk(t, diskTree(t, false), opt)) {

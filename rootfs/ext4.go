@@ -39,7 +39,10 @@ func makeExt4(ctx context.Context, work, fsImage string, fsBytes int64, entries 
 		return err
 	}
 	epoch := strconv.FormatInt(opt.Mtime.Unix(), 10)
-	env := append(os.Environ(), "MKE2FS_CONFIG="+conf, "E2FSPROGS_FAKE_TIME="+epoch, "SOURCE_DATE_EPOCH="+epoch, "LC_ALL=C")
+	// e2fsprogs reads E2FSPROGS_FAKE_TIME=0 as "unset" and stamps the superblock with the wall clock,
+	// so epoch 0 is written as 1 second past it there (inode times stay exact: debugfs sets them).
+	fake := strconv.FormatInt(max(opt.Mtime.Unix(), 1), 10)
+	env := append(os.Environ(), "MKE2FS_CONFIG="+conf, "E2FSPROGS_FAKE_TIME="+fake, "SOURCE_DATE_EPOCH="+epoch, "LC_ALL=C")
 	// The root is mounted read-only: inodes for the tree and a quarter more, not one per 16 KiB.
 	inodes := len(entries) + len(entries)/4 + 256
 	mkfs := []string{"-q", "-F", "-t", "ext4", "-T", "allox", "-b", "4096", "-m", "0", "-N", strconv.Itoa(inodes),
