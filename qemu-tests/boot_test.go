@@ -1,0 +1,145 @@
+package qemutests
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/allox-os/allox/internal/marker"
+	"github.com/allox-os/allox/internal/rpc"
+)
+
+// bootBudget is what one boot, its checks and its power-off may take on KVM; TCG gets
+// vm.TimeoutScale() times as much. The TCG boot of the Debian baseline takes about 15 s here.
+const bootBudget = 90 * time.Second
+
+func TestBootImageMode(t *testing.T) {
+	a := needAppliance(t, imageMode)
+	ctx := testContext(t, bootBudget)
+	b := a.boot(ctx, t, imageMode, blankDisk(t))
+	ready := b.waitReady(ctx, t)
+	t.Logf("image mode ready %.3fs after QEMU start", ready.At.Seconds())
+	b.checkSystemInfo(ctx, t)
+	b.checkKernelConfig(ctx, t)
+	b.checkTokenRequired(ctx, t)
+	b.powerOff(ctx, t)
+}
+
+func TestBootInitrdMode(t *testing.T) {
+	a := needAppliance(t, initrdMode)
+	ctx := testContext(t, bootBudget)
+	b := a.boot(ctx, t, initrdMode, blankDisk(t)) // the workspace disk is /dev/vda here
+	ready := b.waitReady(ctx, t)
+	t.Logf("initrd mode ready %.3fs after QEMU start", ready.At.Seconds())
+	b.checkSystemInfo(ctx, t)
+	b.checkKernelConfig(ctx, t)
+	b.checkTokenRequired(ctx, t)
+	b.powerOff(ctx, t)
+}
+
+func TestStoreReusedAcrossBoots(t *testing.T) {
+	a := needAppliance(t, imageMode)
+	needTool(t, "blkid", "apt-get install util-linux")
+	ctx := testContext(t, 2*bootBudget)
+	disk := blankDisk(t)
+
+	first := a.boot(ctx, t, imageMode, disk)
+	first.waitReady(ctx, t)
+	info1 := first.checkSystemInfo(ctx, t)
+	first.powerOff(ctx, t)
+	fs1 := diskFilesystem(t, disk)
+	if fs1.Type != "btrfs" || fs1.UUID == "" {
+		t.Fatalf("workspace disk after the first boot: %+v; want a whole-disk btrfs with a UUID", fs1)
+	}
+	writeCanary(t, disk)
+
+	second := a.boot(ctx, t, imageMode, disk)
+	second.waitReady(ctx, t)
+	info2 := second.checkSystemInfo(ctx, t)
+	if second.consoleHas(marker.StoreFallback) {
+		t.Errorf("second boot fell back to a RAM store although the workspace disk was attached")
+	}
+	second.powerOff(ctx, t)
+	if info1.BootID == "" || info1.BootID == info2.BootID {
+		t.Errorf("boot_id %q then %q: want two different, non-empty ids", info1.BootID, info2.BootID)
+	}
+	if fs2 := diskFilesystem(t, disk); fs2 != fs1 {
+		t.Errorf("workspace filesystem %+v became %+v: the second boot reformatted the store", fs1, fs2)
+	}
+	checkCanary(t, disk)
+}
+
+func TestStoreFallbackWithoutDisk(t *testing.T) {
+	a := needAppliance(t, initrdMode)
+	ctx := testContext(t, bootBudget)
+	b := a.boot(ctx, t, initrdMode, "")
+	if _, err := b.WaitFor(ctx, marker.StoreFallback); err != nil {
+		t.Fatal(err)
+	}
+	b.waitReady(ctx, t)
+	b.checkSystemInfo(ctx, t) // still btrfs, now RAM-backed
+	b.powerOff(ctx, t)
+}
+
+func (b *booted) checkSystemInfo(ctx context.Context, t *testing.T) rpc.SystemInfo {
+	t.Helper()
+	var info rpc.SystemInfo
+	if err := b.rpc.Call(ctx, rpc.ActionSystemInfo, nil, &info); err != nil {
+		t.Fatal(err)
+	}
+	if j, err := json.Marshal(info); err == nil {
+		t.Logf("system.info: %s", j)
+	}
+	if !strings.Contains(info.Kernel.Release, "allox") {
+		t.Errorf("kernel.release %q lacks \"allox\" (CONFIG_LOCALVERSION)", info.Kernel.Release)
+	}
+	if info.Store.FSType != "btrfs" || info.Store.Root == "" {
+		t.Errorf("store %+v: want fstype btrfs and a root", info.Store)
+	}
+	if info.Cgroup.Version != 2 {
+		t.Errorf("cgroup.version %d; want 2", info.Cgroup.Version)
+	}
+	for _, c := range []string{"cpu", "memory", "pids"} {
+		if !slices.Contains(info.Cgroup.Controllers, c) {
+			t.Errorf("cgroup.controllers %q lacks %s", info.Cgroup.Controllers, c)
+		}
+	}
+	return info
+}
+
+// checkKernelConfig proves every symbol kernel/fragments requests is live in the running kernel.
+func (b *booted) checkKernelConfig(ctx context.Context, t *testing.T) {
+	t.Helper()
+	reqs, err := readFragments(filepath.Join("..", "kernel", "fragments"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var res rpc.KernelConfig
+	if err := b.rpc.Call(ctx, rpc.ActionSystemKernelConfig, nil, &res); err != nil {
+		t.Fatal(err)
+	}
+	live, err := liveConfig(res.Config)
+	if err != nil {
+		t.Fatalf("system.kernel_config: %v", err)
+	}
+	if bad := missingRequests(reqs, live); len(bad) > 0 {
+		t.Errorf("%d of %d requested kernel options are not live:\n  %s", len(bad), len(reqs), strings.Join(bad, "\n  "))
+	}
+}
+
+// checkTokenRequired checks that the host listener refuses a call without or with a wrong token.
+func (b *booted) checkTokenRequired(ctx context.Context, t *testing.T) {
+	t.Helper()
+	for _, token := range []string{"", "wrong-" + b.token} {
+		err := newRPCClient(b.url, token).Call(ctx, rpc.ActionSystemInfo, nil, nil)
+		var rerr *rpc.Error
+		if !errors.As(err, &rerr) || !errors.Is(err, rpc.CodeUnauthorized) {
+			t.Errorf("system.info with token %q: %v; want an RPC error %s", token, err, rpc.CodeUnauthorized)
+		}
+	}
+}

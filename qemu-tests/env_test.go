@@ -1,0 +1,71 @@
+package qemutests
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"github.com/allox-os/allox/qemu-tests/internal/vm"
+)
+
+// inCI is true when CI runs us: then nothing may skip.
+var inCI = os.Getenv("CI") == "true"
+
+// unavailable stops a test whose input is missing: a failure in CI, a skip that says what to run
+// elsewhere.
+func unavailable(tb testing.TB, format string, args ...any) {
+	tb.Helper()
+	msg := fmt.Sprintf(format, args...)
+	if inCI {
+		tb.Fatal(msg + " (CI=true: nothing may skip)")
+	}
+	tb.Skip(msg)
+}
+
+// needQEMU checks that the QEMU binary is installed.
+func needQEMU(tb testing.TB) {
+	tb.Helper()
+	if _, err := exec.LookPath("qemu-system-x86_64"); err != nil {
+		unavailable(tb, "qemu-system-x86_64 not found: apt-get install qemu-system-x86")
+	}
+}
+
+// outDir is where mkimage wrote the artifacts: $ALLOX_OUT, default ../out (the repository's out/).
+func outDir() string {
+	if d := os.Getenv("ALLOX_OUT"); d != "" {
+		return d
+	}
+	d, err := filepath.Abs(filepath.Join("..", "out"))
+	if err != nil {
+		return filepath.Join("..", "out")
+	}
+	return d
+}
+
+// testContext bounds a test to base × vm.TimeoutScale(), ending early enough before the go test
+// -timeout for the harness to report the console and a reproducer.
+func testContext(tb testing.TB, base time.Duration) context.Context {
+	tb.Helper()
+	ctx := tb.Context()
+	budget := vm.Scaled(base)
+	if d, ok := deadline(tb); ok {
+		if left := time.Until(d) - 30*time.Second; left < budget {
+			tb.Logf("timeout: go test -timeout leaves %v of the %v this test may need under %s; pass -timeout 60m", left.Round(time.Second), budget, vm.Accel())
+			budget = left
+		}
+	}
+	ctx, cancel := context.WithTimeout(ctx, budget)
+	tb.Cleanup(cancel)
+	return ctx
+}
+
+func deadline(tb testing.TB) (time.Time, bool) {
+	if t, ok := tb.(interface{ Deadline() (time.Time, bool) }); ok {
+		return t.Deadline()
+	}
+	return time.Time{}, false
+}

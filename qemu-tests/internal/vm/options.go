@@ -1,0 +1,162 @@
+package vm
+
+import (
+	"cmp"
+	"errors"
+	"fmt"
+	"maps"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+)
+
+// Disk is a raw disk image attached as virtio-blk, in order: the first one becomes /dev/vda.
+type Disk struct {
+	Path     string
+	Serial   string // virtio serial (at most 20 bytes), seen by the guest in /sys/block/vdX/serial
+	ReadOnly bool
+}
+
+// Options describe one boot. Zero values take the defaults named on each field.
+type Options struct {
+	QEMU      string   // the QEMU binary; default "qemu-system-x86_64"
+	Accel     string   // "kvm" or "tcg"; "" uses Accel()
+	Kernel    string   // bzImage (required)
+	Initrd    string   // optional initramfs
+	Cmdline   []string // kernel parameters; console=ttyS0 is appended unless it is already the last console=
+	Disks     []Disk
+	MemoryMiB int               // default 512
+	CPUs      int               // default 1
+	FwCfg     map[string]string // fw_cfg name (must start with "opt/") → string value
+	HostFwd   map[int]int       // guest TCP port → host port on 127.0.0.1; host port 0 picks a free one
+	Machine   string            // default "q35"
+	ExtraArgs []string          // appended to the QEMU command line as they are
+}
+
+// ErrOptions is wrapped by every validation error of Options.
+var ErrOptions = errors.New("invalid vm options")
+
+const maxSerial = 20 // virtio-blk serial length (VIRTIO_BLK_ID_BYTES)
+
+func (o Options) withDefaults() Options {
+	if o.QEMU == "" {
+		o.QEMU = "qemu-system-x86_64"
+	}
+	if o.MemoryMiB == 0 {
+		o.MemoryMiB = 512
+	}
+	if o.CPUs == 0 {
+		o.CPUs = 1
+	}
+	if o.Machine == "" {
+		o.Machine = "q35"
+	}
+	o.Cmdline = withSerialConsole(o.Cmdline)
+	return o
+}
+
+// validate checks the options and returns every problem at once.
+func (o Options) validate() error {
+	var errs []error
+	bad := func(format string, args ...any) {
+		errs = append(errs, fmt.Errorf("%w: "+format, append([]any{ErrOptions}, args...)...))
+	}
+	if o.Kernel == "" {
+		bad("Kernel is empty: set it to a bzImage path")
+	}
+	for _, f := range []struct{ field, path string }{{"Kernel", o.Kernel}, {"Initrd", o.Initrd}} {
+		if f.path != "" {
+			if _, err := os.Stat(f.path); err != nil {
+				bad("%s: %v", f.field, err)
+			}
+		}
+	}
+	for i, d := range o.Disks {
+		if _, err := os.Stat(d.Path); err != nil {
+			bad("Disks[%d].Path: %v", i, err)
+		}
+		if len(d.Serial) > maxSerial || strings.ContainsAny(d.Serial, ", ") {
+			bad("Disks[%d].Serial %q: at most %d bytes, no commas or spaces", i, d.Serial, maxSerial)
+		}
+	}
+	for name := range o.FwCfg {
+		if !strings.HasPrefix(name, "opt/") || strings.Contains(name, ",") {
+			bad("FwCfg name %q: must start with \"opt/\" and hold no comma, e.g. \"opt/org.allox/token\"", name)
+		}
+	}
+	for guest, host := range o.HostFwd {
+		if guest < 1 || guest > 65535 || host < 0 || host > 65535 {
+			bad("HostFwd %d→%d: guest port must be 1..65535, host port 0..65535 (0 picks one)", guest, host)
+		}
+	}
+	if o.Accel != "kvm" && o.Accel != "tcg" {
+		bad("Accel %q: must be \"kvm\" or \"tcg\"", o.Accel)
+	}
+	if o.MemoryMiB < 0 || o.CPUs < 0 {
+		bad("MemoryMiB %d, CPUs %d: must not be negative", o.MemoryMiB, o.CPUs)
+	}
+	return errors.Join(errs...)
+}
+
+// args renders the QEMU arguments; hostFwd has every host port resolved. The order is fixed (maps
+// are sorted) so that the same options always give the same command line.
+func (o Options) args(hostFwd map[int]int) []string {
+	a := []string{
+		"-machine", o.Machine, "-accel", o.Accel,
+	}
+	if o.Accel == "kvm" {
+		a = append(a, "-cpu", "host")
+	}
+	a = append(a,
+		"-m", strconv.Itoa(o.MemoryMiB), "-smp", strconv.Itoa(o.CPUs),
+		"-nodefaults", "-nographic", "-no-reboot", "-serial", "stdio",
+		"-kernel", o.Kernel)
+	if o.Initrd != "" {
+		a = append(a, "-initrd", o.Initrd)
+	}
+	a = append(a, "-append", strings.Join(o.Cmdline, " "))
+	for i, d := range o.Disks {
+		drive := fmt.Sprintf("if=none,id=d%d,file=%s,format=raw", i, optEscape(d.Path))
+		if d.ReadOnly {
+			drive += ",readonly=on"
+		}
+		dev := fmt.Sprintf("virtio-blk-pci,drive=d%d", i)
+		if d.Serial != "" {
+			dev += ",serial=" + d.Serial
+		}
+		a = append(a, "-drive", drive, "-device", dev)
+	}
+	if len(hostFwd) > 0 {
+		netdev := "user,id=net0,restrict=on"
+		for _, guest := range sortedKeys(hostFwd) {
+			netdev += fmt.Sprintf(",hostfwd=tcp:127.0.0.1:%d-:%d", hostFwd[guest], guest)
+		}
+		// romfile= drops the iPXE option ROM: the guest boots its kernel directly, as Kata does.
+		a = append(a, "-netdev", netdev, "-device", "virtio-net-pci,netdev=net0,romfile=")
+	}
+	for _, name := range sortedKeys(o.FwCfg) {
+		a = append(a, "-fw_cfg", fmt.Sprintf("name=%s,string=%s", name, optEscape(o.FwCfg[name])))
+	}
+	return append(a, o.ExtraArgs...)
+}
+
+// withSerialConsole makes ttyS0 the last console= so that /dev/console (init's output) is the
+// serial port the harness reads.
+func withSerialConsole(cmdline []string) []string {
+	last := ""
+	for _, p := range cmdline {
+		if v, ok := strings.CutPrefix(p, "console="); ok {
+			last = v
+		}
+	}
+	if last == "ttyS0" || strings.HasPrefix(last, "ttyS0,") {
+		return slices.Clone(cmdline)
+	}
+	return append(slices.Clone(cmdline), "console=ttyS0")
+}
+
+// optEscape doubles commas, QEMU's escape inside a key=value option list.
+func optEscape(s string) string { return strings.ReplaceAll(s, ",", ",,") }
+
+func sortedKeys[K cmp.Ordered, V any](m map[K]V) []K { return slices.Sorted(maps.Keys(m)) }
