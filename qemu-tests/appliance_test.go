@@ -16,27 +16,26 @@ import (
 	"github.com/allox-os/allox/internal/artifact"
 	"github.com/allox-os/allox/internal/marker"
 	"github.com/allox-os/allox/internal/rpc"
+	"github.com/allox-os/allox/qemu-tests/internal/appliance"
 	"github.com/allox-os/allox/qemu-tests/internal/vm"
 )
 
 // mode is how the appliance boots, as Kata would start it.
-type mode int
+type mode = appliance.Mode
 
 const (
-	imageMode  mode = iota // bzImage + rootfs.img as read-only /dev/vda, Cmdline + ImageCmdline
-	initrdMode             // bzImage + initramfs.cpio.gz, Cmdline only
+	imageMode  = appliance.Image
+	initrdMode = appliance.Initrd
 )
 
-func (m mode) String() string { return [...]string{"image", "initrd"}[m] }
-
-// appliance is a built output directory.
-type appliance struct {
+// built is a built output directory.
+type built struct {
 	dir  string
 	info *artifact.BootInfo
 }
 
 // needAppliance reads the artifacts for m, or stops the test saying how to build them.
-func needAppliance(tb testing.TB, m mode) *appliance {
+func needAppliance(tb testing.TB, m mode) *built {
 	tb.Helper()
 	needQEMU(tb)
 	dir := outDir()
@@ -63,15 +62,15 @@ func needAppliance(tb testing.TB, m mode) *appliance {
 	if len(bad) > 0 {
 		tb.Fatalf("%s: %s", filepath.Join(dir, artifact.Boot), strings.Join(bad, "; "))
 	}
-	return &appliance{dir: dir, info: info}
+	return &built{dir: dir, info: info}
 }
 
-func (a *appliance) path(name string) string { return filepath.Join(a.dir, name) }
+func (a *built) path(name string) string { return filepath.Join(a.dir, name) }
 
 // booted is a running appliance and an RPC client for its token listener.
 type booted struct {
 	*vm.VM
-	app   *appliance
+	app   *built
 	url   string // of the token listener, forwarded to 127.0.0.1
 	token string
 	rpc   *rpc.Client
@@ -83,26 +82,10 @@ func newRPCClient(url, token string) *rpc.Client {
 }
 
 // boot starts the appliance in mode m with workspace (a raw disk, or "" for none) as the store disk.
-func (a *appliance) boot(ctx context.Context, tb testing.TB, m mode, workspace string) *booted {
+func (a *built) boot(ctx context.Context, tb testing.TB, m mode, workspace string) *booted {
 	tb.Helper()
 	token := newToken(tb)
-	opt := vm.Options{
-		Kernel:    a.path(artifact.Kernel),
-		Cmdline:   slices.Clone(a.info.Cmdline),
-		MemoryMiB: a.info.MemoryMiB,
-		FwCfg:     map[string]string{a.info.TokenFwCfg: token},
-		HostFwd:   map[int]int{a.info.RPCPort: 0},
-	}
-	switch m {
-	case imageMode:
-		opt.Cmdline = append(opt.Cmdline, a.info.ImageCmdline...)
-		opt.Disks = []vm.Disk{{Path: a.path(artifact.Rootfs), ReadOnly: true}}
-	case initrdMode:
-		opt.Initrd = a.path(artifact.Initramfs)
-	}
-	if workspace != "" {
-		opt.Disks = append(opt.Disks, vm.Disk{Path: workspace, Serial: a.info.StoreSerial})
-	}
+	opt := appliance.Options(a.dir, a.info, m, workspace, token)
 	v, err := vm.Start(ctx, tb, opt)
 	if err != nil {
 		tb.Fatalf("boot %s mode: %v", m, err)

@@ -35,7 +35,7 @@ func BenchmarkBootToReady(b *testing.B) {
 	})
 }
 
-func oursToReady(b *testing.B, a *appliance) time.Duration {
+func oursToReady(b *testing.B, a *built) time.Duration {
 	ctx := testContext(b, bootBudget)
 	v := a.boot(ctx, b, imageMode, blankDisk(b))
 	ready := v.waitReady(ctx, b)

@@ -13,13 +13,12 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
-	"testing"
 	"time"
 )
 
 // VM is a running (or exited) QEMU process.
 type VM struct {
-	t       testing.TB
+	t       TB
 	name    string
 	opt     Options
 	argv    []string
@@ -39,9 +38,20 @@ type VM struct {
 
 var vmCount atomic.Int32
 
+// TB is what the harness needs from its caller: *testing.T and *testing.B satisfy it, and so does
+// the small runner behind `make boot` (cmd/allox-boot).
+type TB interface {
+	Helper()
+	Name() string
+	Cleanup(func())
+	Logf(format string, args ...any)
+	Errorf(format string, args ...any)
+	Failed() bool
+}
+
 // Start boots a VM. ctx bounds its life: when ctx is done, QEMU is killed. Every VM must end with
 // Wait or Kill before the test ends, or the test fails.
-func Start(ctx context.Context, t testing.TB, opt Options) (*VM, error) {
+func Start(ctx context.Context, t TB, opt Options) (*VM, error) {
 	t.Helper()
 	if opt.Accel == "" {
 		opt.Accel = Accel()

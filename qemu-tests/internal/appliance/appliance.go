@@ -1,0 +1,44 @@
+// Package appliance turns a built output directory into QEMU options the way Kata starts the guest,
+// for the QEMU tests, the bench and `make boot`.
+package appliance
+
+import (
+	"path/filepath"
+	"slices"
+
+	"github.com/allox-os/allox/internal/artifact"
+	"github.com/allox-os/allox/qemu-tests/internal/vm"
+)
+
+// Mode is how the appliance boots.
+type Mode int
+
+const (
+	Image  Mode = iota // bzImage + rootfs.img as read-only /dev/vda, Cmdline + ImageCmdline
+	Initrd             // bzImage + initramfs.cpio.gz, Cmdline only
+)
+
+func (m Mode) String() string { return [...]string{"image", "initrd"}[m] }
+
+// Options boots the artifacts in dir in mode m. workspace is a raw disk for the store ("" for none,
+// which makes init fall back to a RAM-backed Btrfs); token is handed to the guest through fw_cfg.
+func Options(dir string, info *artifact.BootInfo, m Mode, workspace, token string) vm.Options {
+	opt := vm.Options{
+		Kernel:    filepath.Join(dir, artifact.Kernel),
+		Cmdline:   slices.Clone(info.Cmdline),
+		MemoryMiB: info.MemoryMiB,
+		FwCfg:     map[string]string{info.TokenFwCfg: token},
+		HostFwd:   map[int]int{info.RPCPort: 0},
+	}
+	switch m {
+	case Image:
+		opt.Cmdline = append(opt.Cmdline, info.ImageCmdline...)
+		opt.Disks = []vm.Disk{{Path: filepath.Join(dir, artifact.Rootfs), ReadOnly: true}}
+	case Initrd:
+		opt.Initrd = filepath.Join(dir, artifact.Initramfs)
+	}
+	if workspace != "" {
+		opt.Disks = append(opt.Disks, vm.Disk{Path: workspace, Serial: info.StoreSerial})
+	}
+	return opt
+}
