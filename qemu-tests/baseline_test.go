@@ -7,7 +7,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/allox-os/allox/qemu-tests/internal/baseline"
+	"github.com/allox-os/allox/internal/baseline"
 	"github.com/allox-os/allox/qemu-tests/internal/vm"
 )
 

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/allox-os/allox/internal/artifact"
-	"github.com/allox-os/allox/qemu-tests/internal/baseline"
+	"github.com/allox-os/allox/internal/baseline"
 	"github.com/allox-os/allox/qemu-tests/internal/vm"
 )
 

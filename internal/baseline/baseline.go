@@ -16,26 +16,17 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+
+	"github.com/allox-os/allox/internal/artifact"
 )
 
 // ReadyMarker is the console line the baseline /init prints once userspace runs.
 const ReadyMarker = "ALLOX-BASELINE-READY"
 
-// CacheEnv overrides the cache root (default DefaultCache); the kernel goes to <root>/baseline.
-const (
-	CacheEnv     = "ALLOX_CACHE"
-	DefaultCache = "/var/cache/allox"
-	metaPackage  = "linux-image-amd64"
-)
+const metaPackage = "linux-image-amd64"
 
 // CacheDir is ${ALLOX_CACHE:-/var/cache/allox}/baseline, outside the checkout.
-func CacheDir() string {
-	root := os.Getenv(CacheEnv)
-	if root == "" {
-		root = DefaultCache
-	}
-	return filepath.Join(root, "baseline")
-}
+func CacheDir() string { return filepath.Join(artifact.CacheDir(), "baseline") }
 
 // Kernel returns the path of Debian's vmlinuz in dir. On first use it resolves linux-image-amd64
 // to this release's kernel package, fetches it with `apt-get download` and extracts only
@@ -45,7 +36,7 @@ func Kernel(ctx context.Context, dir string) (string, error) {
 		return k, nil
 	}
 	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return "", fmt.Errorf("baseline cache: %w (set %s to a writable directory)", err, CacheEnv)
+		return "", fmt.Errorf("baseline cache: %w (set ALLOX_CACHE to a writable directory)", err)
 	}
 	pkg, err := kernelPackage(ctx)
 	if err != nil {

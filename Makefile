@@ -1,0 +1,45 @@
+# Allox OS: build, boot and test the Kata guest appliance. See README.md.
+SHELL := /bin/bash
+export PATH := /usr/local/go/bin:$(PATH)
+GO ?= go
+OUT ?= out
+# The kernel and the Debian userland are cached here by content hash, outside the checkout.
+export ALLOX_CACHE ?= /var/cache/allox
+TEST_TIMEOUT ?= 80m
+
+.PHONY: all deps image boot test bench unit clean
+
+all: image
+
+deps:
+	@ci/deps.sh
+
+bin/mkimage: deps FORCE
+	@$(GO) build -o bin/mkimage ./mkimage
+
+# Build the default appliance (images/allox.hcl) into $(OUT)/.
+image: bin/mkimage
+	bin/mkimage build -out $(OUT)
+
+# Build the default appliance, boot it under QEMU (KVM when it works, TCG otherwise), wait until the
+# workspace daemon is ready, ask it for system.info, and power it off cleanly.
+boot: image
+	$(GO) run ./qemu-tests/cmd/allox-boot -out $(OUT)
+
+# The whole suite: unit and integration tests on the real components, then the QEMU boots.
+test: image
+	$(GO) vet ./...
+	ALLOX_OUT=$(abspath $(OUT)) $(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./...
+
+# Unit tests only (no image, no QEMU): a quick loop while editing.
+unit: deps
+	$(GO) test -short ./...
+
+bench: image
+	ALLOX_OUT=$(abspath $(OUT)) $(GO) run ./ci/bench -out $(abspath $(OUT))
+	ALLOX_OUT=$(abspath $(OUT)) $(GO) test -run '^$$' -bench . -benchtime 1x -timeout 60m ./qemu-tests/
+
+clean:
+	rm -rf $(OUT) bin
+
+FORCE:

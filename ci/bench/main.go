@@ -1,0 +1,172 @@
+// Command bench measures what `make bench` reports besides boot time: artifact sizes beside Debian's
+// own (stock kernel, the Debian userland the rootfs is made from) and the warm no-op rebuild beside
+// hashing the same outputs, both measured in this run. It prints one table with ratios.
+package main
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"os/signal"
+	"path/filepath"
+	"slices"
+	"syscall"
+	"text/tabwriter"
+	"time"
+
+	"github.com/allox-os/allox/internal/artifact"
+	"github.com/allox-os/allox/internal/baseline"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx, os.Args[1:], os.Stdout)
+	stop()
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "bench:", err)
+		os.Exit(1)
+	}
+}
+
+func run(ctx context.Context, args []string, stdout io.Writer) error {
+	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
+	out := fs.String("out", "out", "a built output directory (make image)")
+	mkimage := fs.String("mkimage", "bin/mkimage", "the mkimage binary")
+	runs := fs.Int("runs", 5, "timed no-op rebuilds")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	w := tabwriter.NewWriter(stdout, 0, 4, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprintln(w, "measure\tours\tbaseline\tratio\tbaseline is\t")
+	if err := sizes(ctx, w, *out); err != nil {
+		return err
+	}
+	if err := rebuild(ctx, w, *out, *mkimage, *runs); err != nil {
+		return err
+	}
+	return w.Flush()
+}
+
+func size(p string) (int64, error) {
+	st, err := os.Stat(p)
+	if err != nil {
+		return 0, err
+	}
+	return st.Size(), nil
+}
+
+func row(w io.Writer, name string, ours, base float64, unit, what string) {
+	fmt.Fprintf(w, "%s\t%.2f %s\t%.2f %s\t%.2f\t%s\t\n", name, ours, unit, base, unit, ours/base, what)
+}
+
+const mib = 1 << 20
+
+func sizes(ctx context.Context, w io.Writer, out string) error {
+	debKernel, err := baseline.Kernel(ctx, baseline.CacheDir())
+	if err != nil {
+		return err
+	}
+	userland, err := userlandTarball(out)
+	if err != nil {
+		return err
+	}
+	pairs := []struct{ name, ours, base, what string }{
+		{"kernel bzImage size", artifact.Kernel, debKernel, "Debian " + filepath.Base(debKernel) + " (modules not counted)"},
+		{"initramfs.cpio.gz size", artifact.Initramfs, userland, "the Debian userland tarball it is made from"},
+		{"rootfs.img size", artifact.Rootfs, userland, "the Debian userland tarball it is made from"},
+	}
+	for _, p := range pairs {
+		ours, err := size(filepath.Join(out, p.ours))
+		if err != nil {
+			return err
+		}
+		base, err := size(p.base)
+		if err != nil {
+			return err
+		}
+		row(w, p.name, float64(ours)/mib, float64(base)/mib, "MiB", p.what)
+	}
+	return nil
+}
+
+// userlandTarball finds the Debian userland the build used, from the provenance manifest.
+func userlandTarball(out string) (string, error) {
+	data, err := os.ReadFile(filepath.Join(out, artifact.Manifest))
+	if err != nil {
+		return "", err
+	}
+	var prov struct {
+		Inputs []struct{ Kind, Name string } `json:"inputs"`
+	}
+	if err := json.Unmarshal(data, &prov); err != nil {
+		return "", err
+	}
+	for _, in := range prov.Inputs {
+		if in.Kind == "debian-userland" {
+			return filepath.Join(artifact.CacheDir(), in.Name), nil
+		}
+	}
+	return "", fmt.Errorf("%s names no debian-userland input", artifact.Manifest)
+}
+
+// rebuild times `mkimage build` with nothing changed (every cache warm), beside the least any
+// rebuild that verifies its outputs must do: hash them.
+func rebuild(ctx context.Context, w io.Writer, out, mkimage string, runs int) error {
+	dir, err := os.MkdirTemp("", "allox-bench-out-")
+	if err != nil {
+		return err
+	}
+	defer os.RemoveAll(dir)
+	build := func() error {
+		cmd := exec.CommandContext(ctx, mkimage, "build", "-out", dir)
+		if msg, err := cmd.CombinedOutput(); err != nil {
+			return fmt.Errorf("%s build: %w\n%s", mkimage, err, msg)
+		}
+		return nil
+	}
+	if err := build(); err != nil { // warm every cache, the Go build cache too
+		return err
+	}
+	var ours, base []time.Duration
+	for range runs {
+		start := time.Now()
+		if err := build(); err != nil {
+			return err
+		}
+		ours = append(ours, time.Since(start))
+		start = time.Now()
+		if err := hashTree(dir); err != nil {
+			return err
+		}
+		base = append(base, time.Since(start))
+	}
+	row(w, fmt.Sprintf("warm no-op rebuild p50 (%d runs)", runs), median(ours).Seconds(), median(base).Seconds(), "s",
+		"sha256 of the same outputs")
+	return nil
+}
+
+func hashTree(dir string) error {
+	return filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
+		if err != nil || !d.Type().IsRegular() {
+			return err
+		}
+		f, err := os.Open(p)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		_, err = io.Copy(sha256.New(), f)
+		return err
+	})
+}
+
+func median(ds []time.Duration) time.Duration {
+	s := slices.Clone(ds)
+	slices.Sort(s)
+	return s[len(s)/2]
+}

@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# Installs what building, booting and testing the appliance needs on Debian 12, idempotently:
+# Debian packages through apt (only the missing ones), Go modules through the module proxy.
+set -euo pipefail
+
+packages=(
+  # kernel build
+  gcc make bc bison flex libelf-dev libssl-dev dwarves xz-utils patch
+  # rootfs: Debian userland, ext4 image, reference checkers
+  mmdebstrap e2fsprogs fdisk cpio btrfs-progs bubblewrap
+  # boot
+  qemu-system-x86
+  # bench baseline (busybox init) and tools
+  busybox-static curl ca-certificates
+)
+
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+done
+if ((${#missing[@]})); then
+  sudo=""
+  [ "$(id -u)" = 0 ] || sudo="sudo"
+  echo "ci/deps.sh: installing ${missing[*]}"
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+if ! command -v go >/dev/null; then
+  [ -x /usr/local/go/bin/go ] && export PATH=/usr/local/go/bin:$PATH
+fi
+command -v go >/dev/null || { echo "ci/deps.sh: Go 1.26 is needed (go.mod); install it to /usr/local/go" >&2; exit 1; }
+cd "$(dirname "$0")/.."
+go mod download
