@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/allox-os/allox/init/internal/netconf"
+	"github.com/u-root/u-root/pkg/mount"
 	"golang.org/x/sys/unix"
 )
 
@@ -21,7 +22,7 @@ const SystemPath = "/usr/sbin:/usr/bin:/sbin:/bin"
 func Kernel() *Sys {
 	return &Sys{
 		Root:         "/",
-		Mount:        unix.Mount,
+		Mount:        mountFS,
 		Sethostname:  func(name string) error { return unix.Sethostname([]byte(name)) },
 		LinkUp:       netconf.LinkUp,
 		AddrAdd:      netconf.AddrAdd,
@@ -30,6 +31,12 @@ func Kernel() *Sys {
 		Loop:         AttachLoop,
 		StoreWait:    2 * time.Second,
 	}
+}
+
+// mountFS mounts through u-root's pkg/mount, whose errors name the device, type and flags.
+func mountFS(source, target, fstype string, flags uintptr, data string) error {
+	_, err := mount.Mount(source, target, fstype, data, flags)
+	return err
 }
 
 // LookPath finds an executable named name in the SystemPath directories under root.
