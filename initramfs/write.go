@@ -9,6 +9,7 @@ import (
 	"io/fs"
 	"os"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/cavaliergopher/cpio"
@@ -144,32 +145,36 @@ func cpioName(p string) string {
 	return strings.TrimPrefix(p, "/")
 }
 
-func cpioMode(m fs.FileMode) cpio.FileMode {
-	c := cpio.FileMode(m.Perm())
+// cpioMode is the newc mode field: the st_mode bits, which cpio's constants share.
+func cpioMode(m fs.FileMode) cpio.FileMode { return cpio.FileMode(UnixMode(m)) }
+
+// UnixMode converts a Go file mode to st_mode bits (file type, setuid/setgid/sticky, permissions),
+// the encoding newc headers and ext4 inodes both use.
+func UnixMode(m fs.FileMode) uint32 {
+	u := uint32(m.Perm())
 	switch {
 	case m&fs.ModeDir != 0:
-		c |= cpio.TypeDir
+		u |= syscall.S_IFDIR
 	case m&fs.ModeSymlink != 0:
-		c |= cpio.TypeSymlink
+		u |= syscall.S_IFLNK
 	case m&fs.ModeCharDevice != 0:
-		c |= cpio.TypeChar
+		u |= syscall.S_IFCHR
 	case m&fs.ModeDevice != 0:
-		c |= cpio.TypeBlock
+		u |= syscall.S_IFBLK
 	case m&fs.ModeNamedPipe != 0:
-		c |= cpio.TypeFifo
+		u |= syscall.S_IFIFO
 	default:
-		c |= cpio.TypeReg
+		u |= syscall.S_IFREG
 	}
-	if m&fs.ModeSetuid != 0 {
-		c |= cpio.ModeSetuid
+	for _, bit := range []struct {
+		goBit   fs.FileMode
+		unixBit uint32
+	}{{fs.ModeSetuid, syscall.S_ISUID}, {fs.ModeSetgid, syscall.S_ISGID}, {fs.ModeSticky, syscall.S_ISVTX}} {
+		if m&bit.goBit != 0 {
+			u |= bit.unixBit
+		}
 	}
-	if m&fs.ModeSetgid != 0 {
-		c |= cpio.ModeSetgid
-	}
-	if m&fs.ModeSticky != 0 {
-		c |= cpio.ModeSticky
-	}
-	return c
+	return u
 }
 
 // countSubdirs returns, for each directory, how many directories it directly contains.

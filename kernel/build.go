@@ -57,46 +57,45 @@ func (b *Builder) logf(format string, args ...any) {
 
 // Build resolves the final config (proving every request) and returns the cached build for it,
 // compiling only when no build with the same key exists.
-func (b *Builder) Build(ctx context.Context, spec Spec) (*Result, error) {
+func (b *Builder) Build(ctx context.Context, spec Spec) (res *Result, err error) {
+	err = b.withFinalConfig(ctx, spec, func(w *workTree, final []byte) error {
+		res = &Result{Key: buildKey(w.in, final, spec.Epoch), Requested: len(w.in.req.Settings())}
+		res.Dir = filepath.Join(b.CacheDir, "kernel", "builds", res.Key)
+		if complete(res) {
+			res.Cached = true
+			return nil
+		}
+		return b.compile(ctx, w, final, res)
+	})
+	return res, err
+}
+
+// FinalConfig returns the proven final .config for spec without compiling: every requested symbol
+// has its value or the error says which did not, where it was asked for and why.
+func (b *Builder) FinalConfig(ctx context.Context, spec Spec) (final []byte, err error) {
+	err = b.withFinalConfig(ctx, spec, func(_ *workTree, f []byte) error { final = f; return nil })
+	return final, err
+}
+
+// withFinalConfig holds the cache lock while it proves the final config and hands it to fn with the
+// work tree (prepared only if configuring needed it), removing the tree afterwards.
+func (b *Builder) withFinalConfig(ctx context.Context, spec Spec, fn func(w *workTree, final []byte) error) error {
 	inputs, err := readInputs(spec)
 	if err != nil {
-		return nil, err
+		return err
 	}
 	unlock, err := lock(filepath.Join(b.CacheDir, "kernel"))
 	if err != nil {
-		return nil, err
+		return err
 	}
 	defer unlock()
 	w := &workTree{b: b, spec: spec, in: inputs}
 	defer w.remove()
 	final, err := b.finalConfig(ctx, w)
 	if err != nil {
-		return nil, err
+		return err
 	}
-	res := &Result{Key: buildKey(inputs, final, spec.Epoch), Requested: len(inputs.req.Settings())}
-	res.Dir = filepath.Join(b.CacheDir, "kernel", "builds", res.Key)
-	if complete(res) {
-		res.Cached = true
-		return res, nil
-	}
-	return res, b.compile(ctx, w, final, res)
-}
-
-// FinalConfig returns the proven final .config for spec without compiling: every requested symbol
-// has its value or the error says which did not, where it was asked for and why.
-func (b *Builder) FinalConfig(ctx context.Context, spec Spec) ([]byte, error) {
-	inputs, err := readInputs(spec)
-	if err != nil {
-		return nil, err
-	}
-	unlock, err := lock(filepath.Join(b.CacheDir, "kernel"))
-	if err != nil {
-		return nil, err
-	}
-	defer unlock()
-	w := &workTree{b: b, spec: spec, in: inputs}
-	defer w.remove()
-	return b.finalConfig(ctx, w)
+	return fn(w, final)
 }
 
 // Cached reports whether a finished build for spec is in the cache, without configuring or

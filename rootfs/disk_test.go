@@ -127,7 +127,7 @@ func TestWriteDiskFilesystem(t *testing.T) {
 	got := statAll(t, part, tr.Entries())
 	for _, e := range tr.Entries() {
 		want := inodeSummary{
-			Mode: fmt.Sprintf("%o", unixMode(e.Mode)&0o7777), UID: e.UID, GID: e.GID,
+			Mode: fmt.Sprintf("%o", initramfs.UnixMode(e.Mode)&0o7777), UID: e.UID, GID: e.GID,
 			Link: e.Link, Times: strings.Repeat("0x6553f100:00000000 ", 4),
 		}
 		if e.Mode&fs.ModeDevice != 0 {

@@ -133,7 +133,7 @@ func debugfsScript(entries []initramfs.Entry, epoch int64) []byte {
 	b.WriteString("cd /\n")
 	for _, e := range entries {
 		q := debugfsQuote(e.Path)
-		fmt.Fprintf(&b, "sif %s mode 0%o\nsif %s uid %d\nsif %s gid %d\n", q, unixMode(e.Mode), q, e.UID, q, e.GID)
+		fmt.Fprintf(&b, "sif %s mode 0%o\nsif %s uid %d\nsif %s gid %d\n", q, initramfs.UnixMode(e.Mode), q, e.UID, q, e.GID)
 		for _, field := range []string{"atime", "mtime", "ctime", "crtime"} {
 			fmt.Fprintf(&b, "sif %s %s @%d\n", q, field, epoch)
 		}
@@ -147,34 +147,6 @@ func debugfsQuote(p string) string {
 }
 
 // unixMode is the st_mode of an fs.FileMode: type bits, setuid/setgid/sticky and permissions.
-func unixMode(m fs.FileMode) uint32 {
-	u := uint32(m.Perm())
-	switch {
-	case m&fs.ModeDir != 0:
-		u |= syscall.S_IFDIR
-	case m&fs.ModeSymlink != 0:
-		u |= syscall.S_IFLNK
-	case m&fs.ModeCharDevice != 0:
-		u |= syscall.S_IFCHR
-	case m&fs.ModeDevice != 0:
-		u |= syscall.S_IFBLK
-	case m&fs.ModeNamedPipe != 0:
-		u |= syscall.S_IFIFO
-	default:
-		u |= syscall.S_IFREG
-	}
-	if m&fs.ModeSetuid != 0 {
-		u |= syscall.S_ISUID
-	}
-	if m&fs.ModeSetgid != 0 {
-		u |= syscall.S_ISGID
-	}
-	if m&fs.ModeSticky != 0 {
-		u |= syscall.S_ISVTX
-	}
-	return u
-}
-
 // run runs an e2fsprogs tool and fails on a non-zero exit or, since debugfs reports failed commands
 // only on stderr, on any stderr line other than its version banner.
 func run(ctx context.Context, env []string, stdin []byte, name string, args ...string) error {

@@ -32,16 +32,22 @@ func parseBuildFlags(c Context, name string, args []string) (*buildFlags, []stri
 	return bf, fs.Args(), nil
 }
 
-func runBuild(ctx context.Context, c Context, args []string) error {
-	bf, rest, err := parseBuildFlags(c, "build", args)
+// flagsAndSpec parses the build flags and loads the optional spec argument.
+func flagsAndSpec(c Context, name string, args []string) (*buildFlags, *loaded, error) {
+	bf, rest, err := parseBuildFlags(c, name, args)
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
 	path, err := oneOptionalArg(rest)
 	if err != nil {
-		return err
+		return nil, nil, err
 	}
 	l, err := load(c, path)
+	return bf, l, err
+}
+
+func runBuild(ctx context.Context, c Context, args []string) error {
+	bf, l, err := flagsAndSpec(c, "build", args)
 	if err != nil {
 		return err
 	}
@@ -85,15 +91,7 @@ func runPlan(ctx context.Context, c Context, args []string) error {
 }
 
 func runKernelConfig(ctx context.Context, c Context, args []string) error {
-	bf, rest, err := parseBuildFlags(c, "kernel-config", args)
-	if err != nil {
-		return err
-	}
-	path, err := oneOptionalArg(rest)
-	if err != nil {
-		return err
-	}
-	l, err := load(c, path)
+	bf, l, err := flagsAndSpec(c, "kernel-config", args)
 	if err != nil {
 		return err
 	}
