@@ -131,36 +131,35 @@ func patchPaths(ps []kernel.Patch) []string {
 	return out
 }
 
-// hashOutputs hashes every regular file in the output directory except the manifest itself and
-// scratch directories.
+// hashOutputs hashes the artifacts this build wrote (not whatever else lives in the output
+// directory, such as the workspace disk `make boot` keeps there).
 func hashOutputs(dir string) ([]Output, error) {
+	names := []string{artifact.Kernel, artifact.Vmlinux, artifact.KernelConfig, artifact.Rootfs, artifact.Initramfs, artifact.Boot}
+	err := filepath.WalkDir(filepath.Join(dir, artifact.KataDir), func(p string, d fs.DirEntry, err error) error {
+		if err == nil && d.Type().IsRegular() {
+			names = append(names, rel(dir, p))
+		}
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	sort.Strings(names)
 	var outs []Output
-	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+	for _, name := range names {
+		f, err := os.Open(filepath.Join(dir, name))
 		if err != nil {
-			return err
+			return nil, err
 		}
-		name := d.Name()
-		if d.IsDir() && strings.HasPrefix(name, ".") && p != dir {
-			return filepath.SkipDir
-		}
-		r := rel(dir, p)
-		if d.IsDir() || r == artifact.Manifest || !d.Type().IsRegular() {
-			return nil
-		}
-		f, err := os.Open(p)
-		if err != nil {
-			return err
-		}
-		defer f.Close()
 		h := sha256.New()
 		n, err := io.Copy(h, f)
+		f.Close()
 		if err != nil {
-			return err
+			return nil, err
 		}
-		outs = append(outs, Output{Path: r, Size: n, SHA256: hex.EncodeToString(h.Sum(nil))})
-		return nil
-	})
-	return outs, err
+		outs = append(outs, Output{Path: name, Size: n, SHA256: hex.EncodeToString(h.Sum(nil))})
+	}
+	return outs, nil
 }
 
 // indentWriter prefixes every line written through it, for sub-step progress.
