@@ -2,9 +2,9 @@ package initramfs
 
 import (
 	"bufio"
-	"compress/gzip"
 	"errors"
 	"fmt"
+	"github.com/klauspost/compress/gzip"
 	"io"
 	"io/fs"
 	"os"
@@ -56,11 +56,13 @@ func Write(w io.Writer, t *Tree, mtime time.Time) error {
 // WriteGzip writes the archive of Write through gzip with a fixed header (no name, zero mtime), so the
 // compressed bytes are as reproducible as the archive.
 func WriteGzip(w io.Writer, t *Tree, mtime time.Time) error {
-	zw, err := gzip.NewWriterLevel(w, gzip.BestCompression)
+	zw, err := gzip.NewWriterLevel(w, gzip.DefaultCompression)
 	if err != nil {
 		return fmt.Errorf("BUG: gzip level: %w", err)
 	}
-	zw.Header = gzip.Header{OS: 3} // Unix, as the kernel's own gen_init_cpio | gzip would say
+	// Unix, as the kernel's own gen_init_cpio | gzip would say; mtime 0 means "none" (klauspost's writer,
+	// unlike the standard library's, would encode a zero time.Time as a garbage date).
+	zw.Header = gzip.Header{OS: 3, ModTime: time.Unix(0, 0)}
 	if err := Write(zw, t, mtime); err != nil {
 		return err
 	}

@@ -91,6 +91,16 @@ func sizes(ctx context.Context, w io.Writer, out string) error {
 		}
 		row(w, p.name, float64(ours)/mib, float64(base)/mib, "MiB", p.what)
 	}
+	// rootfs.img is sparse: its apparent size includes the free space Kata's guest can grow into.
+	var st syscall.Stat_t
+	if err := syscall.Stat(filepath.Join(out, artifact.Rootfs), &st); err != nil {
+		return err
+	}
+	base, err := size(userland)
+	if err != nil {
+		return err
+	}
+	row(w, "rootfs.img blocks on disk", float64(st.Blocks*512)/mib, float64(base)/mib, "MiB", "the Debian userland tarball it is made from")
 	return nil
 }
 
