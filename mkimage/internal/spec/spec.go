@@ -13,29 +13,30 @@ import "github.com/allox-os/allox/internal/manifest"
 
 // Image is a decoded, validated spec with every path made absolute.
 type Image struct {
-	Name, Version string
+	Name    string `json:"name"`
+	Version string `json:"version"`
 	// File is the absolute path of the spec file. For a spec parsed from memory it is the base name
 	// of the filename given to Parse, joined to its base directory.
-	File     string
-	Kernel   Kernel
-	Init     Init
-	Rootfs   Rootfs
-	Services []Service // in spec order
-	Kata     Kata
-	Output   Output
+	File     string    `json:"file"`
+	Kernel   Kernel    `json:"kernel"`
+	Init     Init      `json:"init"`
+	Rootfs   Rootfs    `json:"rootfs"`
+	Services []Service `json:"services"` // in spec order
+	Kata     Kata      `json:"kata"`
+	Output   Output    `json:"output"`
 }
 
 // Kernel says which kernel source to build and how to configure it.
 type Kernel struct {
-	Source KernelSource
+	Source KernelSource `json:"source"`
 	// Base is "allnoconfig", "defconfig", "tinyconfig" or the absolute path of a base config file.
-	Base string
+	Base string `json:"base"`
 	// Fragments are absolute paths of config fragments: each glob expanded and sorted, in glob
 	// order, duplicates removed.
-	Fragments []string
-	Patches   string // absolute path of a quilt-style series file, "" if not given
-	Allowlist string // absolute path, "" if not given
-	Cmdline   []string
+	Fragments []string `json:"fragments"`
+	Patches   string   `json:"patches"`   // absolute path of a quilt-style series file, "" if not given
+	Allowlist string   `json:"allowlist"` // absolute path, "" if not given
+	Cmdline   []string `json:"cmdline"`
 }
 
 // Base config keywords: the kernel's own make targets.
@@ -47,25 +48,26 @@ const (
 
 // KernelSource pins the kernel source tree. Exactly one of DebianPackage and Tarball is set.
 type KernelSource struct {
-	DebianPackage, Version string // both set, or neither
-	Tarball                string // absolute path; exclusive with DebianPackage
-	SHA256                 string // 64 lowercase hex digits
+	DebianPackage string `json:"debian_package"`
+	Version       string `json:"version"` // both set, or neither
+	Tarball       string `json:"tarball"` // absolute path; exclusive with DebianPackage
+	SHA256        string `json:"sha256"`  // 64 lowercase hex digits
 }
 
 // Init is what the Go PID 1 needs besides the services.
 type Init struct {
-	Hostname string
-	Store    manifest.Store
-	Network  *manifest.Network // nil when the block is absent
-	FwCfg    []manifest.FwCfg  // from fw_cfg "NAME" { path = ..., mode = "0600" } blocks
+	Hostname string            `json:"hostname"`
+	Store    manifest.Store    `json:"store"`
+	Network  *manifest.Network `json:"network"` // nil when the block is absent
+	FwCfg    []manifest.FwCfg  `json:"fw_cfg"`  // from fw_cfg "NAME" { path = ..., mode = "0600" } blocks
 }
 
 // Rootfs describes the Debian root filesystem.
 type Rootfs struct {
-	Suite      string   // default "bookworm"
-	Packages   []string // sorted, deduplicated
-	Filesystem string   // only "ext4" for now
-	SizeMiB    int      // 0 = size automatically
+	Suite      string   `json:"suite"`      // default "bookworm"
+	Packages   []string `json:"packages"`   // sorted, deduplicated
+	Filesystem string   `json:"filesystem"` // only "ext4" for now
+	SizeMiB    int      `json:"size_mib"`  // 0 = size automatically
 }
 
 // Service is one supervised process and, optionally, the Go package that builds its binary.
@@ -73,14 +75,14 @@ type Service struct {
 	manifest.Service
 	// Build is a Go package path relative to the module root, such as
 	// "./services/workspace-daemon"; "" if the binary is already in the rootfs.
-	Build string
+	Build string `json:"build"`
 }
 
 // Kata holds the settings the Kata runtime configuration needs.
 type Kata struct {
-	BootMode     string // BootImage (default) or BootInitrd
-	RootfsType   string // default "ext4"; equals Rootfs.Filesystem
-	KernelParams []string
+	BootMode     string   `json:"boot_mode"`   // BootImage (default) or BootInitrd
+	RootfsType   string   `json:"rootfs_type"` // default "ext4"; equals Rootfs.Filesystem
+	KernelParams []string `json:"kernel_params"`
 }
 
 // Kata boot modes.
@@ -91,7 +93,7 @@ const (
 
 // Output says where artifacts go.
 type Output struct {
-	Dir string // absolute; default "out" next to the spec
+	Dir string `json:"dir"` // absolute; default "out" next to the spec
 }
 
 // Defaults for attributes the spec may leave out.
