@@ -67,7 +67,7 @@ type Rootfs struct {
 	Suite      string   `json:"suite"`      // default "bookworm"
 	Packages   []string `json:"packages"`   // sorted, deduplicated
 	Filesystem string   `json:"filesystem"` // only "ext4" for now
-	SizeMiB    int      `json:"size_mib"`  // 0 = size automatically
+	SizeMiB    int      `json:"size_mib"`   // 0 = size automatically
 }
 
 // Service is one supervised process and, optionally, the Go package that builds its binary.
