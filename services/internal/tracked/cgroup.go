@@ -1,0 +1,114 @@
+package tracked
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/containerd/cgroups/v3/cgroup2"
+)
+
+// cgroups creates and kills the per-agent/session/run groups under
+// <mount>/<parent>.
+type cgroups struct {
+	mount       string
+	parent      string          // group path, e.g. "/allox"
+	controllers map[string]bool // available in the parent
+	limits      Limits
+}
+
+func newCgroups(cfg *Config) (*cgroups, error) {
+	parent := "/" + cfg.CgroupParent
+	if _, err := cgroup2.NewManager(cfg.CgroupMount, parent, &cgroup2.Resources{}); err != nil {
+		return nil, fmt.Errorf("cgroup parent %s: %w", filepath.Join(cfg.CgroupMount, parent), err)
+	}
+	avail, err := os.ReadFile(filepath.Join(cfg.CgroupMount, parent, "cgroup.controllers"))
+	if err != nil {
+		return nil, fmt.Errorf("cgroup parent: %w", err)
+	}
+	c := &cgroups{mount: cfg.CgroupMount, parent: parent, controllers: map[string]bool{}, limits: cfg.Limits}
+	for _, name := range strings.Fields(string(avail)) {
+		c.controllers[name] = true
+	}
+	return c, nil
+}
+
+// group returns the cgroup path (relative to the mount) for the given ids.
+func (c *cgroups) group(ids ...string) string {
+	return filepath.Join(append([]string{c.parent}, ids...)...)
+}
+
+func (c *cgroups) path(group string) string { return filepath.Join(c.mount, group) }
+
+// resources returns the configured limits whose controller is available.
+func (c *cgroups) resources() *cgroup2.Resources {
+	r := &cgroup2.Resources{}
+	if c.limits.MemoryMax > 0 && c.controllers["memory"] {
+		r.Memory = &cgroup2.Memory{Max: &c.limits.MemoryMax}
+	}
+	if c.limits.PidsMax > 0 && c.controllers["pids"] {
+		r.Pids = &cgroup2.Pids{Max: c.limits.PidsMax}
+	}
+	return r
+}
+
+// create makes the run group and returns an O_PATH directory fd for
+// clone3(CLONE_INTO_CGROUP). The caller closes it.
+func (c *cgroups) create(group string) (*os.File, error) {
+	if _, err := cgroup2.NewManager(c.mount, group, c.resources()); err != nil {
+		return nil, err
+	}
+	f, err := os.Open(c.path(group))
+	if err != nil {
+		_ = os.Remove(c.path(group))
+		return nil, err
+	}
+	return f, nil
+}
+
+// kill writes cgroup.kill: every process in the group and its descendants
+// gets SIGKILL.
+func (c *cgroups) kill(group string) error {
+	err := os.WriteFile(filepath.Join(c.path(group), "cgroup.kill"), []byte("1"), 0)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	return err
+}
+
+// populated reports whether any process is left in the group's subtree.
+func (c *cgroups) populated(group string) bool {
+	b, err := os.ReadFile(filepath.Join(c.path(group), "cgroup.events"))
+	if err != nil {
+		return false
+	}
+	return strings.Contains(string(b), "populated 1")
+}
+
+// killWait kills the group and waits until it is empty or ctx is done.
+func (c *cgroups) killWait(ctx context.Context, group string) error {
+	if err := c.kill(group); err != nil {
+		return fmt.Errorf("cgroup.kill %s: %w", group, err)
+	}
+	for c.populated(group) {
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("cgroup %s not empty: %w", group, ctx.Err())
+		case <-time.After(2 * time.Millisecond):
+		}
+	}
+	return nil
+}
+
+// remove deletes an empty group (ignoring a group that is already gone).
+func (c *cgroups) remove(group string) error {
+	err := os.Remove(c.path(group))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	return err
+}

@@ -1,0 +1,92 @@
+package tracked
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+
+	"golang.org/x/sys/unix"
+)
+
+// Config configures a Manager.
+type Config struct {
+	CgroupMount    string   // "" = detect: /sys/fs/cgroup if cgroup2, else /sys/fs/cgroup/unified
+	CgroupParent   string   // e.g. "allox" → <mount>/allox/<agent>/<session>/<run>
+	RecordsDir     string   // run records and output, outside every workspace
+	Bwrap          string   // "" = "bwrap" on PATH
+	MaxOutputBytes int64    // per stream; 0 = 16 MiB
+	SystemDirs     []string // read-only binds; nil = /usr /bin /sbin /lib /lib64 /etc (those that exist)
+	SharedWritable bool     // bind shared/ writable; default read-only
+	UnshareNet     bool     // private network namespace (loopback only); default shares the guest's
+	Limits         Limits   // per-run limits, applied only where the controller exists
+}
+
+// Limits are optional per-run cgroup limits. Zero means unlimited. A limit
+// whose controller is not available (e.g. a hybrid host) is skipped.
+type Limits struct {
+	MemoryMax int64
+	PidsMax   int64
+}
+
+const defaultMaxOutput = 16 << 20
+
+var defaultSystemDirs = []string{"/usr", "/bin", "/sbin", "/lib", "/lib64", "/etc"}
+
+func (c *Config) normalize() error {
+	if c.CgroupMount == "" {
+		m, err := detectCgroupMount()
+		if err != nil {
+			return err
+		}
+		c.CgroupMount = m
+	}
+	if c.CgroupParent == "" || !validParent(c.CgroupParent) {
+		return fmt.Errorf("cgroup parent %q: must be a relative path of safe names, e.g. \"allox\"", c.CgroupParent)
+	}
+	if !filepath.IsAbs(c.RecordsDir) {
+		return fmt.Errorf("records dir %q: must be an absolute path outside every workspace", c.RecordsDir)
+	}
+	if c.MaxOutputBytes <= 0 {
+		c.MaxOutputBytes = defaultMaxOutput
+	}
+	if c.SystemDirs == nil {
+		for _, d := range defaultSystemDirs {
+			if _, err := os.Lstat(d); err == nil {
+				c.SystemDirs = append(c.SystemDirs, d)
+			}
+		}
+	}
+	if c.Bwrap == "" {
+		c.Bwrap = "bwrap"
+	}
+	p, err := exec.LookPath(c.Bwrap)
+	if err != nil {
+		return fmt.Errorf("bwrap %q: %w (install bubblewrap or set Config.Bwrap)", c.Bwrap, err)
+	}
+	c.Bwrap = p
+	return nil
+}
+
+func validParent(p string) bool {
+	for _, part := range strings.Split(p, "/") {
+		if !validID(part) {
+			return false
+		}
+	}
+	return true
+}
+
+// detectCgroupMount returns /sys/fs/cgroup on a pure cgroup v2 system and
+// /sys/fs/cgroup/unified on a hybrid one.
+func detectCgroupMount() (string, error) {
+	for _, m := range []string{"/sys/fs/cgroup", "/sys/fs/cgroup/unified"} {
+		var st unix.Statfs_t
+		if err := unix.Statfs(m, &st); err == nil && st.Type == unix.CGROUP2_SUPER_MAGIC {
+			return m, nil
+		}
+	}
+	return "", errors.New("no cgroup v2 mount at /sys/fs/cgroup or /sys/fs/cgroup/unified; set Config.CgroupMount")
+}

@@ -1,0 +1,201 @@
+package tracked
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+)
+
+// Manager starts, tracks and kills sandboxed runs. It is safe for
+// concurrent use.
+type Manager struct {
+	cfg Config
+	cg  *cgroups
+	ids idGen
+
+	mu   sync.Mutex
+	runs map[string]*run
+}
+
+// run is the in-memory side of one record.
+type run struct {
+	st         *Status
+	group      string
+	done       chan struct{} // closed once st is final
+	killReason string        // StateKilled or StateTimedOut, set before cgroup.kill
+}
+
+// killGrace bounds how long the manager waits for a killed cgroup to empty.
+const killGrace = 10 * time.Second
+
+// NewManager checks bwrap and sets up the cgroup parent; it fails closed
+// (ErrSandbox) if either is unusable. Runs recorded as running by a previous
+// manager are killed and marked failed.
+func NewManager(cfg Config) (*Manager, error) {
+	if err := cfg.normalize(); err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrSandbox, err)
+	}
+	if err := os.MkdirAll(cfg.RecordsDir, 0o700); err != nil {
+		return nil, fmt.Errorf("records dir: %w", err)
+	}
+	cg, err := newCgroups(&cfg)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %w", ErrSandbox, err)
+	}
+	m := &Manager{cfg: cfg, cg: cg, runs: map[string]*run{}}
+	if err := m.recover(); err != nil {
+		return nil, err
+	}
+	return m, nil
+}
+
+// recover loads past records; a run still marked running belonged to a
+// manager that died, so its group is killed and the record closed.
+func (m *Manager) recover() error {
+	sts, err := loadStatuses(m.cfg.RecordsDir)
+	if err != nil {
+		return fmt.Errorf("load run records: %w", err)
+	}
+	for _, st := range sts {
+		r := &run{st: st, group: m.cg.group(st.AgentID, st.SessionID, st.RunID), done: make(chan struct{})}
+		close(r.done)
+		if st.live() {
+			ctx, cancel := context.WithTimeout(context.Background(), killGrace)
+			_ = m.cg.killWait(ctx, r.group)
+			cancel()
+			_ = m.cg.remove(r.group)
+			_ = os.RemoveAll(filepath.Join(runDir(&m.cfg, st.RunID), "tmp"))
+			st.State, st.Reason, st.Ended = StateFailed, "manager restarted while the run was live; run killed", time.Now().UTC()
+			if err := writeStatus(runDir(&m.cfg, st.RunID), st); err != nil {
+				return fmt.Errorf("run record %s: %w", st.RunID, err)
+			}
+		}
+		m.runs[st.RunID] = r
+	}
+	return nil
+}
+
+func (m *Manager) lookup(runID string) (*run, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	r, ok := m.runs[runID]
+	if !ok {
+		return nil, fmt.Errorf("run %q: %w", runID, ErrNotFound)
+	}
+	return r, nil
+}
+
+// Get returns a copy of a run's status.
+func (m *Manager) Get(runID string) (*Status, error) {
+	r, err := m.lookup(runID)
+	if err != nil {
+		return nil, err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return r.st.clone(), nil
+}
+
+// Wait blocks until the run has ended (its record is final) or ctx is done.
+func (m *Manager) Wait(ctx context.Context, runID string) (*Status, error) {
+	r, err := m.lookup(runID)
+	if err != nil {
+		return nil, err
+	}
+	select {
+	case <-r.done:
+		return m.Get(runID)
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+}
+
+// Kill kills the run's whole cgroup (cgroup.kill). Killing a run that has
+// already ended is a no-op.
+func (m *Manager) Kill(runID string) error {
+	r, err := m.lookup(runID)
+	if err != nil {
+		return err
+	}
+	return m.killRun(r, StateKilled)
+}
+
+func (m *Manager) killRun(r *run, reason string) error {
+	m.mu.Lock()
+	if !r.st.live() {
+		m.mu.Unlock()
+		return nil
+	}
+	if r.killReason == "" {
+		r.killReason = reason
+	}
+	m.mu.Unlock()
+	if err := m.cg.kill(r.group); err != nil {
+		return fmt.Errorf("kill run %s: %w", r.st.RunID, err)
+	}
+	return nil
+}
+
+// List returns the runs of an agent's session (all its sessions if
+// sessionID is empty), oldest first.
+func (m *Manager) List(agentID, sessionID string) ([]*Status, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var out []*Status
+	for _, r := range m.runs {
+		if r.st.AgentID == agentID && (sessionID == "" || r.st.SessionID == sessionID) {
+			out = append(out, r.st.clone())
+		}
+	}
+	sortStatuses(out)
+	return out, nil
+}
+
+// Active is the number of live runs of a session: its execution lease.
+func (m *Manager) Active(agentID, sessionID string) int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	n := 0
+	for _, r := range m.runs {
+		if r.st.AgentID == agentID && r.st.SessionID == sessionID && r.st.live() {
+			n++
+		}
+	}
+	return n
+}
+
+// KillSession kills the session's cgroup (every run and every descendant),
+// waits until it is empty and the runs' records are final. Without a
+// deadline in ctx the wait is bounded by killGrace.
+func (m *Manager) KillSession(ctx context.Context, agentID, sessionID string) error {
+	if _, ok := ctx.Deadline(); !ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, killGrace)
+		defer cancel()
+	}
+	var live []*run
+	m.mu.Lock()
+	for _, r := range m.runs {
+		if r.st.AgentID == agentID && r.st.SessionID == sessionID && r.st.live() {
+			if r.killReason == "" {
+				r.killReason = StateKilled
+			}
+			live = append(live, r)
+		}
+	}
+	m.mu.Unlock()
+	if err := m.cg.killWait(ctx, m.cg.group(agentID, sessionID)); err != nil {
+		return fmt.Errorf("kill session %s/%s: %w", agentID, sessionID, err)
+	}
+	for _, r := range live {
+		select {
+		case <-r.done:
+		case <-ctx.Done():
+			return fmt.Errorf("kill session %s/%s: run %s: %w", agentID, sessionID, r.st.RunID, ctx.Err())
+		}
+	}
+	return nil
+}

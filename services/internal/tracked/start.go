@@ -1,0 +1,235 @@
+package tracked
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// Start validates the request, creates the run's cgroup and starts bwrap
+// directly inside it (clone3 CLONE_INTO_CGROUP). Any failure before the
+// sandbox exists returns ErrSandbox and nothing runs. The run outlives ctx.
+func (m *Manager) Start(ctx context.Context, req StartRequest) (*Status, error) {
+	cwd, err := validate(&req)
+	if err != nil {
+		return nil, err
+	}
+	for _, p := range []string{req.Workspace.Current, req.Workspace.Shared} {
+		if under(p, m.cfg.RecordsDir) || under(m.cfg.RecordsDir, p) {
+			return nil, invalid("workspace", "%q overlaps the records dir %q; records stay outside every workspace", p, m.cfg.RecordsDir)
+		}
+	}
+	if err := ctx.Err(); err != nil {
+		return nil, err
+	}
+	id := m.ids.next()
+	dir := runDir(&m.cfg, id)
+	r := &run{
+		group: m.cg.group(req.AgentID, req.SessionID, id),
+		done:  make(chan struct{}),
+		st: &Status{
+			RunID: id, AgentID: req.AgentID, SessionID: req.SessionID,
+			Argv: append([]string(nil), req.Argv...), State: StateRunning,
+		},
+	}
+	r.st.Cgroup = m.cg.path(r.group)
+	cmd, cleanup, err := m.prepare(&req, r, dir, cwd)
+	if err != nil {
+		_ = os.RemoveAll(dir)
+		return nil, fmt.Errorf("%w: %w", ErrSandbox, err)
+	}
+	r.st.Started = time.Now().UTC()
+	err = cmd.Start()
+	cleanup()
+	if err != nil {
+		_ = m.cg.remove(r.group)
+		_ = os.RemoveAll(dir)
+		return nil, fmt.Errorf("%w: start bwrap: %w", ErrSandbox, err)
+	}
+	r.st.Pid = cmd.Process.Pid
+	m.mu.Lock()
+	m.runs[id] = r
+	st := r.st.clone()
+	m.mu.Unlock()
+	if err := writeStatus(dir, st); err != nil {
+		_ = m.cg.kill(r.group) // a run without a record must not go on
+	}
+	go m.supervise(cmd, r, dir, req)
+	return st, nil
+}
+
+// prepare makes the run directory, its cgroup and the bwrap command. The
+// returned cleanup closes the parent's copies of descriptors after Start.
+func (m *Manager) prepare(req *StartRequest, r *run, dir, cwd string) (*exec.Cmd, func(), error) {
+	tmp := filepath.Join(dir, "tmp")
+	if err := os.MkdirAll(tmp, 0o700); err != nil {
+		return nil, nil, err
+	}
+	files := make([]*os.File, 0, 3)
+	closeAll := func() {
+		for _, f := range files {
+			f.Close()
+		}
+	}
+	var out [2]*boundedWriter
+	for i, name := range []string{"stdout", "stderr"} {
+		f, err := os.OpenFile(filepath.Join(dir, name), os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
+		if err != nil {
+			closeAll()
+			return nil, nil, err
+		}
+		files = append(files, f)
+		out[i] = &boundedWriter{f: f, max: m.cfg.MaxOutputBytes}
+	}
+	cgfd, err := m.cg.create(r.group)
+	if err != nil {
+		closeAll()
+		return nil, nil, fmt.Errorf("cgroup %s: %w", r.st.Cgroup, err)
+	}
+	cmd := exec.Command(m.cfg.Bwrap, bwrapArgs(&m.cfg, req, cwd, tmp)...)
+	cmd.Env = []string{"PATH=" + sandboxPath} // bwrap --clearenv anyway
+	cmd.Dir = "/"
+	cmd.Stdin = bytes.NewReader(req.Stdin)
+	cmd.Stdout, cmd.Stderr = out[0], out[1]
+	cmd.WaitDelay = time.Second
+	cmd.SysProcAttr = &syscall.SysProcAttr{
+		UseCgroupFD: true,
+		CgroupFD:    int(cgfd.Fd()),
+		Pdeathsig:   syscall.SIGKILL, // bwrap dies with the daemon; --die-with-parent takes the sandbox along
+	}
+	// The output files stay open in the writers until supervise ends.
+	return cmd, func() { cgfd.Close() }, nil
+}
+
+// supervise waits for the run, enforces its timeout, empties and removes
+// its cgroup, syncs /tmp after a normal exit and finalizes the record.
+func (m *Manager) supervise(cmd *exec.Cmd, r *run, dir string, req StartRequest) {
+	if req.Timeout > 0 {
+		t := time.AfterFunc(req.Timeout, func() { _ = m.killRun(r, StateTimedOut) })
+		defer t.Stop()
+	}
+	waitErr := cmd.Wait()
+	for _, w := range []any{cmd.Stdout, cmd.Stderr} {
+		w.(*boundedWriter).f.Close()
+	}
+	// The PID namespace dies with its init; kill anyway so nothing that
+	// escaped into the group survives, and wait until it is empty.
+	ctx, cancel := context.WithTimeout(context.Background(), killGrace)
+	killErr := m.cg.killWait(ctx, r.group)
+	cancel()
+	if killErr == nil {
+		killErr = m.cg.remove(r.group)
+	}
+
+	m.mu.Lock()
+	st := r.st.clone()
+	reason := r.killReason
+	m.mu.Unlock()
+	st.Ended = time.Now().UTC()
+	finish(st, cmd.ProcessState, waitErr, reason, dir)
+	if st.State == StateExited {
+		if err := syncTmp(filepath.Join(dir, "tmp"), req.Workspace.Current); err != nil {
+			st.Reason = joinReason(st.Reason, "tmp sync: "+err.Error())
+		}
+	}
+	if killErr != nil {
+		st.Reason = joinReason(st.Reason, killErr.Error())
+	}
+	_ = os.RemoveAll(filepath.Join(dir, "tmp"))
+	if err := writeStatus(dir, st); err != nil {
+		st.Reason = joinReason(st.Reason, "record: "+err.Error())
+	}
+	m.mu.Lock()
+	r.st = st
+	m.mu.Unlock()
+	close(r.done)
+}
+
+// finish sets state, exit code and signal from bwrap's wait status.
+func finish(st *Status, ps *os.ProcessState, waitErr error, killReason, dir string) {
+	st.State = StateExited
+	if ps == nil {
+		st.State, st.ExitCode, st.Reason = StateFailed, -1, fmt.Sprint(waitErr)
+		return
+	}
+	st.ExitCode = ps.ExitCode()
+	if ws, ok := ps.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		st.Signal = ws.Signal().String()
+	}
+	switch {
+	case killReason == StateTimedOut:
+		st.State, st.Reason = StateTimedOut, "timeout reached; run cgroup killed"
+	case killReason != "":
+		st.State, st.Reason = StateKilled, "run cgroup killed"
+	case st.Signal != "":
+		st.State, st.Reason = StateKilled, "bwrap killed by signal "+st.Signal
+	case st.ExitCode == 1:
+		// bwrap reports its own setup failures as "bwrap: ..." on stderr
+		// and exit code 1; the command never ran.
+		if msg := setupFailure(filepath.Join(dir, "stderr")); msg != "" {
+			st.State, st.Reason = StateFailed, msg
+		}
+	}
+}
+
+func setupFailure(stderrPath string) string {
+	b, _, _, err := readChunk(stderrPath, 0, 4096)
+	if err != nil || !bytes.HasPrefix(b, []byte("bwrap: ")) {
+		return ""
+	}
+	line, _, _ := strings.Cut(string(b), "\n")
+	return "sandbox setup failed: " + line
+}
+
+func joinReason(a, b string) string {
+	if a == "" {
+		return b
+	}
+	return a + "; " + b
+}
+
+func sortStatuses(s []*Status) {
+	sort.Slice(s, func(i, j int) bool { return s[i].RunID < s[j].RunID })
+}
+
+// Output reads up to limit bytes (default 64 KiB, at most 1 MiB) of a run's
+// stdout or stderr from offset. next is the offset to ask for next; eof is
+// true once the run has ended and everything was read.
+func (m *Manager) Output(runID, stream string, offset, limit int64) ([]byte, int64, bool, error) {
+	if stream != "stdout" && stream != "stderr" {
+		return nil, 0, false, invalid("stream", "%q: use \"stdout\" or \"stderr\"", stream)
+	}
+	if offset < 0 {
+		return nil, 0, false, invalid("offset", "%d: must be >= 0", offset)
+	}
+	if limit <= 0 {
+		limit = 64 << 10
+	}
+	limit = min(limit, maxOutputChunk)
+	r, err := m.lookup(runID)
+	if err != nil {
+		return nil, 0, false, err
+	}
+	ended := false
+	select {
+	case <-r.done:
+		ended = true
+	default:
+	}
+	data, next, size, err := readChunk(filepath.Join(runDir(&m.cfg, runID), stream), offset, limit)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, offset, ended, nil
+	}
+	if err != nil {
+		return nil, 0, false, fmt.Errorf("output %s %s: %w", runID, stream, err)
+	}
+	return data, next, ended && next >= size, nil
+}

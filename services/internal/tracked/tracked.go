@@ -1,0 +1,110 @@
+// Package tracked runs agent commands as sandboxed, cgroup-tracked runs.
+//
+// Each run gets its own cgroup v2 group <mount>/<parent>/<agent>/<session>/<run>
+// and is started inside it (clone3 CLONE_INTO_CGROUP, so even bwrap never runs
+// outside the group). Bubblewrap gives the run new PID, IPC, UTS (and, where
+// possible, cgroup) namespaces, a minimal read-only file view of the system
+// directories, the session's current/ as the writable tree, the agent's
+// shared/ (read-only unless configured), a private /tmp and no capabilities.
+// Setup failures fail closed: a run never starts without its sandbox.
+//
+// Design decisions:
+//   - Placement: bwrap is cloned straight into the run group with
+//     SysProcAttr.UseCgroupFD (clone3 CLONE_INTO_CGROUP); no re-exec helper,
+//     no window in which a process of the run lives outside its group.
+//   - Lifetime: --die-with-parent plus Pdeathsig on bwrap, so runs die with
+//     the daemon. Background servers started by the agent end with their run
+//     anyway (the PID namespace dies with its init), so the pitfall of
+//     --die-with-parent killing them adds nothing; a restarted manager kills
+//     and closes runs it finds recorded as running.
+//   - shared/ is bound read-only unless Config.SharedWritable: current/ is
+//     the only writable tree by default, since shared/ is outside rollback.
+//   - Limits (Config.Limits) apply only where the controller is available
+//     in the parent group; on a cgroup-hybrid host (no memory/pids in v2)
+//     they are skipped, while cgroup.kill-based tracking still works. A group
+//     that cannot be created fails the run (ErrSandbox).
+//   - The network namespace is shared unless Config.UnshareNet; per-session
+//     networking is a plugin's concern.
+//
+// The package is domain code: it does not log and knows nothing about RPC.
+package tracked
+
+import (
+	"errors"
+	"fmt"
+	"time"
+)
+
+// Sentinel errors. Typed errors match them with errors.Is.
+var (
+	ErrNotFound = errors.New("run not found")
+	ErrSandbox  = errors.New("sandbox setup failed")
+	ErrInvalid  = errors.New("invalid request")
+)
+
+// InvalidError names the request field that is wrong and how to fix it.
+type InvalidError struct {
+	Field  string // argv, cwd, env, timeout, agent_id, session_id, workspace, stream, offset
+	Reason string
+}
+
+func (e *InvalidError) Error() string { return fmt.Sprintf("invalid %s: %s", e.Field, e.Reason) }
+
+// Is makes errors.Is(err, ErrInvalid) true.
+func (e *InvalidError) Is(target error) bool { return target == ErrInvalid }
+
+func invalid(field, format string, args ...any) error {
+	return &InvalidError{Field: field, Reason: fmt.Sprintf(format, args...)}
+}
+
+// Run states.
+const (
+	StateRunning  = "running"
+	StateExited   = "exited"
+	StateKilled   = "killed"
+	StateTimedOut = "timed_out"
+	StateFailed   = "failed"
+)
+
+// Workspace holds absolute host paths from the store.
+type Workspace struct {
+	Current  string // the session's current/ (writable, HOME and cwd)
+	Shared   string // the agent's shared/ (ALLOX_AGENT_SHARED)
+	AgentDir string // the agent's workspace/ (ALLOX_AGENT_WORKSPACE); not bound as a whole
+}
+
+// StartRequest describes one run.
+type StartRequest struct {
+	AgentID   string
+	SessionID string
+	Workspace Workspace
+	Argv      []string
+	Env       map[string]string
+	Cwd       string // relative to Workspace.Current; must stay inside
+	Stdin     []byte
+	Timeout   time.Duration // 0 = none
+}
+
+// Status is a run record. It is persisted as JSON in Config.RecordsDir.
+type Status struct {
+	RunID     string    `json:"run_id"`
+	AgentID   string    `json:"agent_id"`
+	SessionID string    `json:"session_id"`
+	Argv      []string  `json:"argv"`
+	State     string    `json:"state"`
+	ExitCode  int       `json:"exit_code"`
+	Signal    string    `json:"signal,omitempty"`
+	Started   time.Time `json:"started"`
+	Ended     time.Time `json:"ended,omitzero"`
+	Pid       int       `json:"pid,omitempty"`
+	Cgroup    string    `json:"cgroup"`
+	Reason    string    `json:"reason,omitempty"`
+}
+
+func (s *Status) clone() *Status {
+	c := *s
+	c.Argv = append([]string(nil), s.Argv...)
+	return &c
+}
+
+func (s *Status) live() bool { return s.State == StateRunning }

@@ -1,0 +1,120 @@
+package tracked
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+)
+
+func TestValidate(t *testing.T) {
+	base := t.TempDir()
+	// validate refuses workspaces under /tmp; resolveCwd is checked below.
+	ws := Workspace{Current: "/var/lib/none/current", Shared: "/var/lib/none/shared", AgentDir: "/var/lib/none"}
+	ok := StartRequest{AgentID: "a", SessionID: "s", Workspace: ws, Argv: []string{"true"}}
+	tests := []struct {
+		name  string
+		mod   func(*StartRequest)
+		field string
+	}{
+		{"empty argv", func(r *StartRequest) { r.Argv = nil }, "argv"},
+		{"nul in argv", func(r *StartRequest) { r.Argv = []string{"a\x00b"} }, "argv"},
+		{"bad agent", func(r *StartRequest) { r.AgentID = "../x" }, "agent_id"},
+		{"dot session", func(r *StartRequest) { r.SessionID = ".hidden" }, "session_id"},
+		{"env with =", func(r *StartRequest) { r.Env = map[string]string{"A=B": "c"} }, "env"},
+		{"env HOME", func(r *StartRequest) { r.Env = map[string]string{"HOME": "/"} }, "env"},
+		{"negative timeout", func(r *StartRequest) { r.Timeout = -time.Second }, "timeout"},
+		{"relative workspace", func(r *StartRequest) { r.Workspace.Current = "current" }, "workspace"},
+		{"workspace in /tmp", func(r *StartRequest) { r.Workspace.Current = base }, "workspace"},
+		{"missing workspace", func(r *StartRequest) {}, "workspace"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := ok
+			tt.mod(&r)
+			_, err := validate(&r)
+			var ie *InvalidError
+			if !errors.As(err, &ie) || !errors.Is(err, ErrInvalid) || ie.Field != tt.field {
+				t.Errorf("validate = %v, want InvalidError on field %q", err, tt.field)
+			}
+		})
+	}
+}
+
+func TestResolveCwd(t *testing.T) {
+	cur := t.TempDir()
+	if err := os.MkdirAll(filepath.Join(cur, "src", "pkg"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("/etc", filepath.Join(cur, "esc")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("src", filepath.Join(cur, "in")); err != nil {
+		t.Fatal(err)
+	}
+	tests := []struct {
+		cwd, want string
+	}{
+		{"", cur},
+		{".", cur},
+		{"src/pkg", filepath.Join(cur, "src", "pkg")},
+		{"in", filepath.Join(cur, "src")},
+		{"src/../src", filepath.Join(cur, "src")},
+		{"..", ""},
+		{"../x", ""},
+		{"/etc", ""},
+		{"esc", ""},
+		{"missing", ""},
+	}
+	for _, tt := range tests {
+		got, err := resolveCwd(cur, tt.cwd)
+		if tt.want == "" {
+			if !errors.Is(err, ErrInvalid) {
+				t.Errorf("resolveCwd(%q) = %q, %v; want ErrInvalid", tt.cwd, got, err)
+			}
+			continue
+		}
+		if err != nil || got != tt.want {
+			t.Errorf("resolveCwd(%q) = %q, %v; want %q", tt.cwd, got, err, tt.want)
+		}
+	}
+}
+
+func TestRunIDsSortAndAreSafe(t *testing.T) {
+	var g idGen
+	prev := ""
+	for range 1000 {
+		id := g.next()
+		if !validID(id) || id <= prev {
+			t.Fatalf("id %q after %q: want safe and increasing", id, prev)
+		}
+		prev = id
+	}
+}
+
+func TestBoundedWriter(t *testing.T) {
+	f, err := os.Create(filepath.Join(t.TempDir(), "out"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	w := &boundedWriter{f: f, max: 5}
+	for _, s := range []string{"abc", "defg", "h"} {
+		if n, err := w.Write([]byte(s)); n != len(s) || err != nil {
+			t.Fatalf("Write = %d, %v", n, err)
+		}
+	}
+	b, _ := os.ReadFile(f.Name())
+	if string(b) != "abcde" || w.dropped != 3 {
+		t.Errorf("kept %q dropped %d, want \"abcde\" and 3", b, w.dropped)
+	}
+}
+
+func TestValidParent(t *testing.T) {
+	for p, want := range map[string]bool{"allox": true, "allox/daemon": true, "": false, "/allox": false, "a/../b": false, "a//b": false, ".x": false} {
+		if got := validParent(p); got != want {
+			t.Errorf("validParent(%q) = %v, want %v", p, got, want)
+		}
+	}
+}
