@@ -15,10 +15,15 @@ import (
 	"log/slog"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"syscall"
 
 	"github.com/allox-os/allox/services/internal/daemon"
+	"github.com/allox-os/allox/services/internal/fence"
+	"github.com/allox-os/allox/services/internal/store"
 	"github.com/allox-os/allox/services/internal/system"
+	"github.com/allox-os/allox/services/internal/tracked"
+	"github.com/allox-os/allox/services/internal/workspace"
 )
 
 // version is set at build time with -ldflags "-X main.version=...".
@@ -52,6 +57,38 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err := daemon.RegisterSystem(router, system.New(cfg.Root, system.BuildVersion(version))); err != nil {
 		return err
 	}
+	if !cfg.SystemOnly {
+		ws, err := openWorkspace(cfg)
+		if err != nil {
+			return fmt.Errorf("workspace runtime: %w (--system-only serves system.* without it)", err)
+		}
+		if err := daemon.RegisterWorkspace(router, ws); err != nil {
+			return err
+		}
+	}
 	log.Info("starting", "version", system.BuildVersion(version), "root", cfg.Root, "actions", router.Actions())
 	return daemon.Serve(ctx, cfg, router, log)
+}
+
+// openWorkspace builds the workspace runtime: the Btrfs store (recovering any interrupted rollback
+// first), tracked execution, fences and the turn policy, all keeping their state in cfg.State.
+func openWorkspace(cfg daemon.Config) (*workspace.Service, error) {
+	st, err := store.Open(cfg.Root, cfg.State)
+	if err != nil {
+		return nil, err
+	}
+	runs, err := tracked.NewManager(tracked.Config{CgroupParent: cfg.CgroupParent, Bwrap: cfg.Bwrap,
+		RecordsDir: filepath.Join(cfg.State, "runs")})
+	if err != nil {
+		return nil, err
+	}
+	fences, err := fence.Open(cfg.State)
+	if err != nil {
+		return nil, err
+	}
+	policy, err := workspace.OpenPolicy(cfg.State)
+	if err != nil {
+		return nil, err
+	}
+	return &workspace.Service{Store: st, Runs: runs, Fences: fences, Policy: policy, KillOnRollback: cfg.KillOnRollback}, nil
 }

@@ -110,7 +110,7 @@ func TestDaemonBinary(t *testing.T) {
 	if err := os.WriteFile(tokenFile, []byte(token+"\n"), 0o600); err != nil {
 		t.Fatal(err)
 	}
-	cmd, wait, addrs := start(t, bin, 2, "--root", root, "--listen", "127.0.0.1:0", "--listen-host", "127.0.0.1:0", "--token-file", tokenFile)
+	cmd, wait, addrs := start(t, bin, 2, "--system-only", "--root", root, "--listen", "127.0.0.1:0", "--listen-host", "127.0.0.1:0", "--token-file", tokenFile)
 	ctx, cancel := context.WithTimeout(t.Context(), 30*time.Second)
 	defer cancel()
 	loop := rpc.NewClient("http://"+addrs["loopback"], "", nil)

@@ -12,6 +12,7 @@ import (
 	"net"
 	"net/netip"
 	"os"
+	"path/filepath"
 )
 
 // DefaultListen is the loopback listener's default address.
@@ -36,6 +37,18 @@ type Config struct {
 	// from TokenFile.
 	ListenHost string
 	TokenFile  string
+	// State holds the daemon's own state (checkpoint index, journal, fences, run records), outside
+	// every workspace and so outside every rollback; default <Root>/.allox-state.
+	State string
+	// KillOnRollback is the default of session.rollback's kill_processes.
+	KillOnRollback bool
+	// Bwrap is the bubblewrap binary; CgroupParent the cgroup (below the cgroup2 mount) that holds
+	// every agent's and session's group.
+	Bwrap        string
+	CgroupParent string
+	// SystemOnly serves only the system.* actions, without the workspace runtime (no Btrfs store,
+	// no sandbox): for diagnosing a guest whose store cannot be opened.
+	SystemOnly bool
 }
 
 // ParseFlags parses and checks the command line. Flag errors and -h write usage to stderr.
@@ -47,6 +60,11 @@ func ParseFlags(args []string, stderr io.Writer) (Config, error) {
 	fset.StringVar(&c.Listen, "listen", DefaultListen, "loopback `address` of the unauthenticated listener")
 	fset.StringVar(&c.ListenHost, "listen-host", "", "`address` of the host-facing listener, e.g. 0.0.0.0:8093; needs --token-file")
 	fset.StringVar(&c.TokenFile, "token-file", "", "`file` holding the host listener's bearer token (mode 0600); the host listener stays closed while it is missing or empty")
+	fset.StringVar(&c.State, "state", "", "`directory` for the daemon's state, outside every workspace (default ROOT/.allox-state)")
+	fset.BoolVar(&c.KillOnRollback, "kill-session-processes-on-rollback", false, "session.rollback kills the session's processes unless the request says kill_processes: false")
+	fset.StringVar(&c.Bwrap, "bwrap", "bwrap", "bubblewrap `binary` for tracked runs")
+	fset.StringVar(&c.CgroupParent, "cgroup-parent", "allox", "cgroup below the cgroup2 mount that holds the agents' and sessions' groups")
+	fset.BoolVar(&c.SystemOnly, "system-only", false, "serve only system.* actions, without the workspace runtime")
 	if err := fset.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return c, err
@@ -55,6 +73,9 @@ func ParseFlags(args []string, stderr io.Writer) (Config, error) {
 	}
 	if fset.NArg() > 0 {
 		return c, usageError{fmt.Errorf("unexpected argument %q: the daemon takes only flags", fset.Arg(0))}
+	}
+	if c.State == "" && c.Root != "" {
+		c.State = filepath.Join(c.Root, ".allox-state")
 	}
 	return c, c.Validate()
 }

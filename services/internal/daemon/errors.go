@@ -5,7 +5,11 @@ import (
 	"errors"
 
 	"github.com/allox-os/allox/internal/rpc"
+	"github.com/allox-os/allox/services/internal/fence"
+	"github.com/allox-os/allox/services/internal/store"
 	"github.com/allox-os/allox/services/internal/system"
+	"github.com/allox-os/allox/services/internal/tracked"
+	"github.com/allox-os/allox/services/internal/workspace"
 )
 
 // rpcError maps any error from the HTTP layer, the router or a domain to the wire error. It is the
@@ -19,8 +23,24 @@ func rpcError(err error) *rpc.Error {
 		return re
 	case errors.Is(err, system.ErrNoKernelConfig), errors.Is(err, system.ErrNotUnderInit):
 		code = rpc.CodeUnsupported
+	case errors.Is(err, store.ErrInvalidID), errors.Is(err, tracked.ErrInvalid):
+		code = rpc.CodeInvalidParams
+	case errors.Is(err, store.ErrNotFound), errors.Is(err, tracked.ErrNotFound):
+		code = rpc.CodeNotFound
+	case errors.Is(err, store.ErrExists), errors.Is(err, store.ErrPinned), errors.Is(err, store.ErrConflict),
+		errors.Is(err, fence.ErrFenced), errors.Is(err, workspace.ErrBusy):
+		code = rpc.CodeConflict
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		code = rpc.CodeUnavailable
 	}
-	return &rpc.Error{Code: code, Message: err.Error()}
+	out := &rpc.Error{Code: code, Message: err.Error()}
+	var se *store.Error
+	var te *tracked.InvalidError
+	switch {
+	case errors.As(err, &se) && se.Field != "":
+		out.Field = "params." + se.Field
+	case errors.As(err, &te) && te.Field != "":
+		out.Field = "params." + te.Field
+	}
+	return out
 }

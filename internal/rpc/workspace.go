@@ -1,0 +1,101 @@
+package rpc
+
+import "time"
+
+// Workspace actions: agents, sessions, checkpoints, tracked processes, fences and turns.
+const (
+	ActionAgentCreate = "agent.create"
+	ActionAgentGet    = "agent.get"
+	ActionAgentList   = "agent.list"
+	ActionAgentDelete = "agent.delete"
+
+	ActionSessionCreate   = "session.create"
+	ActionSessionGet      = "session.get"
+	ActionSessionList     = "session.list"
+	ActionSessionDelete   = "session.delete"
+	ActionSessionRollback = "session.rollback"
+	ActionSessionFence    = "session.fence"
+	// ActionSessionUnfence is accepted only on the host listener: the control plane lifts fences,
+	// never a process inside the guest.
+	ActionSessionUnfence = "session.unfence"
+
+	ActionCheckpointCreate = "checkpoint.create"
+	ActionCheckpointGet    = "checkpoint.get"
+	ActionCheckpointList   = "checkpoint.list"
+	ActionCheckpointDelete = "checkpoint.delete"
+
+	ActionProcessStart  = "process.start"
+	ActionProcessGet    = "process.get"
+	ActionProcessWait   = "process.wait"
+	ActionProcessKill   = "process.kill"
+	ActionProcessList   = "process.list"
+	ActionProcessOutput = "process.output"
+
+	ActionTurnBegin = "turn.begin"
+	ActionTurnEnd   = "turn.end"
+)
+
+// Agent is a first-level Agent Workspace.
+type Agent struct {
+	AgentID         string    `json:"agent_id"`
+	Created         time.Time `json:"created"`
+	Workspace       string    `json:"workspace"`
+	Shared          string    `json:"shared"`
+	TurnCheckpoints bool      `json:"turn_checkpoints"`
+}
+
+// Session is a second-level Session Workspace with its status.
+type Session struct {
+	AgentID         string    `json:"agent_id"`
+	SessionID       string    `json:"session_id"`
+	Created         time.Time `json:"created"`
+	Current         string    `json:"current"`
+	Head            string    `json:"head,omitempty"` // the checkpoint current was last taken at or restored from
+	LiveRuns        int       `json:"live_runs"`
+	TurnCheckpoints bool      `json:"turn_checkpoints"`
+	Fenced          *Fence    `json:"fenced,omitempty"`
+}
+
+// Fence says why a session refuses state-changing operations.
+type Fence struct {
+	Reason   string    `json:"reason"`
+	Evidence string    `json:"evidence,omitempty"`
+	Since    time.Time `json:"since"`
+}
+
+// Checkpoint is a read-only snapshot of a session's current/, a node of the session's DAG.
+type Checkpoint struct {
+	AgentID      string            `json:"agent_id"`
+	SessionID    string            `json:"session_id"`
+	CheckpointID string            `json:"checkpoint_id"`
+	Parent       string            `json:"parent,omitempty"`
+	Labels       map[string]string `json:"labels,omitempty"`
+	Pinned       bool              `json:"pinned"`
+	Created      time.Time         `json:"created"`
+}
+
+// Run is a tracked process run.
+type Run struct {
+	RunID     string     `json:"run_id"`
+	AgentID   string     `json:"agent_id"`
+	SessionID string     `json:"session_id"`
+	Argv      []string   `json:"argv"`
+	State     string     `json:"state"` // running, exited, killed, timed_out, failed
+	ExitCode  *int       `json:"exit_code,omitempty"`
+	Signal    string     `json:"signal,omitempty"`
+	Reason    string     `json:"reason,omitempty"`
+	Pid       int        `json:"pid,omitempty"`
+	Cgroup    string     `json:"cgroup,omitempty"`
+	Started   time.Time  `json:"started"`
+	Ended     *time.Time `json:"ended,omitempty"`
+}
+
+// Output is a page of a run's stdout or stderr.
+type Output struct {
+	RunID  string `json:"run_id"`
+	Stream string `json:"stream"`
+	Offset int64  `json:"offset"`
+	Next   int64  `json:"next"`
+	EOF    bool   `json:"eof"`
+	Data   string `json:"data"`
+}

@@ -1,0 +1,53 @@
+package daemon
+
+import (
+	"context"
+
+	"github.com/allox-os/allox/internal/rpc"
+)
+
+type turnParams struct {
+	AgentID   string `json:"agent_id"`
+	SessionID string `json:"session_id"`
+	TurnID    string `json:"turn_id"`
+}
+
+// turnBegin acknowledges the start of an agent turn (the Session/Turn lifecycle event); nothing is
+// checkpointed until the turn ends.
+func (h workspaceHandlers) turnBegin(_ context.Context, c *Call) (any, error) {
+	var p turnParams
+	if err := rpc.DecodeParams(c.Params, &p); err != nil {
+		return nil, err
+	}
+	if p.TurnID == "" {
+		return nil, rpc.Errorf(rpc.CodeInvalidParams, "params.turn_id", "params.turn_id is required")
+	}
+	s, err := h.w.Store.GetSession(p.AgentID, p.SessionID)
+	if err != nil {
+		return nil, err
+	}
+	return h.session(s), nil
+}
+
+// turnEnd checkpoints the session after a successful turn when the turn policy is on.
+func (h workspaceHandlers) turnEnd(_ context.Context, c *Call) (any, error) {
+	var p struct {
+		turnParams
+		Success bool `json:"success"`
+	}
+	if err := rpc.DecodeParams(c.Params, &p); err != nil {
+		return nil, err
+	}
+	if p.TurnID == "" {
+		return nil, rpc.Errorf(rpc.CodeInvalidParams, "params.turn_id", "params.turn_id is required")
+	}
+	cp, err := h.w.EndTurn(p.AgentID, p.SessionID, p.TurnID, p.Success)
+	if err != nil {
+		return nil, err
+	}
+	res := map[string]any{"checkpoint": nil}
+	if cp != nil {
+		res["checkpoint"] = checkpoint(cp)
+	}
+	return res, nil
+}

@@ -1,0 +1,113 @@
+package daemon
+
+import (
+	"context"
+	"errors"
+
+	"github.com/allox-os/allox/internal/rpc"
+	"github.com/allox-os/allox/services/internal/store"
+	"github.com/allox-os/allox/services/internal/workspace"
+)
+
+// RegisterWorkspace registers the agent, session, checkpoint, process and turn actions backed by w.
+func RegisterWorkspace(r *Router, w *workspace.Service) error {
+	h := workspaceHandlers{w}
+	return errors.Join(
+		r.Register(rpc.ActionAgentCreate, Action{Handler: h.agentCreate}),
+		r.Register(rpc.ActionAgentGet, Action{Handler: h.agentGet}),
+		r.Register(rpc.ActionAgentList, Action{Handler: h.agentList}),
+		r.Register(rpc.ActionAgentDelete, Action{Handler: h.agentDelete}),
+		r.Register(rpc.ActionSessionCreate, Action{Handler: h.sessionCreate}),
+		r.Register(rpc.ActionSessionGet, Action{Handler: h.sessionGet}),
+		r.Register(rpc.ActionSessionList, Action{Handler: h.sessionList}),
+		r.Register(rpc.ActionSessionDelete, Action{Handler: h.sessionDelete}),
+		r.Register(rpc.ActionSessionRollback, Action{Handler: h.sessionRollback}),
+		r.Register(rpc.ActionSessionFence, Action{Handler: h.sessionFence}),
+		r.Register(rpc.ActionSessionUnfence, Action{Handler: h.sessionUnfence, HostOnly: true}),
+		r.Register(rpc.ActionCheckpointCreate, Action{Handler: h.checkpointCreate}),
+		r.Register(rpc.ActionCheckpointGet, Action{Handler: h.checkpointGet}),
+		r.Register(rpc.ActionCheckpointList, Action{Handler: h.checkpointList}),
+		r.Register(rpc.ActionCheckpointDelete, Action{Handler: h.checkpointDelete}),
+		r.Register(rpc.ActionProcessStart, Action{Handler: h.processStart}),
+		r.Register(rpc.ActionProcessGet, Action{Handler: h.processGet}),
+		r.Register(rpc.ActionProcessWait, Action{Handler: h.processWait}),
+		r.Register(rpc.ActionProcessKill, Action{Handler: h.processKill}),
+		r.Register(rpc.ActionProcessList, Action{Handler: h.processList}),
+		r.Register(rpc.ActionProcessOutput, Action{Handler: h.processOutput}),
+		r.Register(rpc.ActionTurnBegin, Action{Handler: h.turnBegin}),
+		r.Register(rpc.ActionTurnEnd, Action{Handler: h.turnEnd}),
+	)
+}
+
+type workspaceHandlers struct{ w *workspace.Service }
+
+// Params shared by several actions.
+type agentParams struct {
+	AgentID string `json:"agent_id"`
+}
+
+type sessionParams struct {
+	AgentID   string `json:"agent_id"`
+	SessionID string `json:"session_id"`
+}
+
+type checkpointParams struct {
+	AgentID      string `json:"agent_id"`
+	SessionID    string `json:"session_id"`
+	CheckpointID string `json:"checkpoint_id"`
+}
+
+func (h workspaceHandlers) agentCreate(_ context.Context, c *Call) (any, error) {
+	var p struct {
+		AgentID         string `json:"agent_id"`
+		TurnCheckpoints *bool  `json:"turn_checkpoints"`
+	}
+	if err := rpc.DecodeParams(c.Params, &p); err != nil {
+		return nil, err
+	}
+	a, err := h.w.CreateAgent(p.AgentID, p.TurnCheckpoints)
+	if err != nil {
+		return nil, err
+	}
+	return h.agent(a), nil
+}
+
+func (h workspaceHandlers) agentGet(_ context.Context, c *Call) (any, error) {
+	var p agentParams
+	if err := rpc.DecodeParams(c.Params, &p); err != nil {
+		return nil, err
+	}
+	a, err := h.w.Store.GetAgent(p.AgentID)
+	if err != nil {
+		return nil, err
+	}
+	return h.agent(a), nil
+}
+
+func (h workspaceHandlers) agentList(_ context.Context, c *Call) (any, error) {
+	if err := rpc.DecodeParams(c.Params, &struct{}{}); err != nil {
+		return nil, err
+	}
+	list, err := h.w.Store.ListAgents()
+	if err != nil {
+		return nil, err
+	}
+	out := []rpc.Agent{}
+	for _, a := range list {
+		out = append(out, h.agent(a))
+	}
+	return map[string]any{"agents": out}, nil
+}
+
+func (h workspaceHandlers) agentDelete(_ context.Context, c *Call) (any, error) {
+	var p agentParams
+	if err := rpc.DecodeParams(c.Params, &p); err != nil {
+		return nil, err
+	}
+	return struct{}{}, h.w.DeleteAgent(p.AgentID)
+}
+
+func (h workspaceHandlers) agent(a *store.Agent) rpc.Agent {
+	return rpc.Agent{AgentID: a.ID, Created: a.Created, Workspace: a.Workspace, Shared: a.Shared,
+		TurnCheckpoints: h.w.Policy.Enabled(a.ID, "")}
+}

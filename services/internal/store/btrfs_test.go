@@ -1,0 +1,130 @@
+package store
+
+import (
+	"fmt"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+)
+
+// testFS is the mount point of a loop-mounted Btrfs image shared by the package's tests;
+// skipWhy says why there is none.
+var testFS, skipWhy string
+
+func TestMain(m *testing.M) {
+	if os.Getenv("STORE_STEP") != "" { // a child of sigkill: it dies before it could unmount
+		os.Exit(m.Run())
+	}
+	dir, cleanup, err := mountBtrfs()
+	if err != nil {
+		skipWhy = err.Error()
+	}
+	testFS = dir
+	code := m.Run()
+	cleanup()
+	os.Exit(code)
+}
+
+func mountBtrfs() (string, func(), error) {
+	nop := func() {}
+	if os.Geteuid() != 0 {
+		return "", nop, fmt.Errorf("needs root to loop-mount a Btrfs image; run: sudo go test ./services/internal/store/")
+	}
+	if _, err := os.Stat("/dev/loop-control"); err != nil {
+		return "", nop, fmt.Errorf("no /dev/loop-control (%v); run on a host or VM with loop devices", err)
+	}
+	tmp, err := os.MkdirTemp("", "store-btrfs-")
+	if err != nil {
+		return "", nop, err
+	}
+	img, mnt := filepath.Join(tmp, "fs.img"), filepath.Join(tmp, "mnt")
+	rm := func() { os.RemoveAll(tmp) }
+	steps := [][]string{{"truncate", "-s", "1G", img}, {"mkfs.btrfs", "-q", img}, {"mkdir", mnt}, {"mount", "-o", "loop", img, mnt}}
+	for _, s := range steps {
+		if out, err := exec.Command(s[0], s[1:]...).CombinedOutput(); err != nil {
+			rm()
+			return "", nop, fmt.Errorf("%v: %v: %s", s, err, out)
+		}
+	}
+	return mnt, func() { exec.Command("umount", mnt).Run(); rm() }, nil
+}
+
+// needBtrfs skips (or, in CI, fails) when there is no test filesystem.
+func needBtrfs(tb testing.TB) {
+	tb.Helper()
+	if skipWhy == "" {
+		return
+	}
+	if os.Getenv("CI") == "true" {
+		tb.Fatalf("real Btrfs required in CI: %s", skipWhy)
+	}
+	tb.Skipf("no real Btrfs: %s", skipWhy)
+}
+
+// newStore opens a fresh store on the test filesystem, its state dir outside it.
+func newStore(tb testing.TB) (s *Store, root, state string) {
+	tb.Helper()
+	needBtrfs(tb)
+	root, err := os.MkdirTemp(testFS, "root-")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	state = tb.TempDir()
+	s, err = Open(root, state)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	tb.Cleanup(func() { s.Close() })
+	return s, root, state
+}
+
+// tree reads every file and symlink below dir into path → content (or "-> target").
+func tree(tb testing.TB, dir string) map[string]string {
+	tb.Helper()
+	out := map[string]string{}
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(dir, p)
+		switch {
+		case d.Type()&fs.ModeSymlink != 0:
+			t, err := os.Readlink(p)
+			out[rel] = "-> " + t
+			return err
+		case d.IsDir():
+			out[rel+"/"] = ""
+		default:
+			b, err := os.ReadFile(p)
+			out[rel] = string(b)
+			return err
+		}
+		return nil
+	})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return out
+}
+
+func write(tb testing.TB, path, content string) {
+	tb.Helper()
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		tb.Fatal(err)
+	}
+	if err := os.WriteFile(path, []byte(content), 0o644); err != nil {
+		tb.Fatal(err)
+	}
+}
+
+// strays lists .rollback-* entries in the session directory.
+func strays(tb testing.TB, current string) []string {
+	tb.Helper()
+	m, err := filepath.Glob(filepath.Join(filepath.Dir(current), ".rollback-*"))
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return m
+}

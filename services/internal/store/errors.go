@@ -1,0 +1,50 @@
+// Package store is the Btrfs workspace store of the workspace daemon: agents, sessions, the
+// checkpoint DAG and scoped, journaled rollback. It lays workspaces out exactly as the seed draws
+// them (<root>/agents/<agent_id>/workspace/{shared,sessions/<session_id>/{current,checkpoints}})
+// and keeps its own state (the checkpoint index, the transaction journal, audit events) in a
+// separate state directory that no rollback ever touches. It knows nothing about HTTP.
+package store
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Sentinels; test with errors.Is.
+var (
+	ErrNotFound  = errors.New("not found")
+	ErrExists    = errors.New("already exists")
+	ErrInvalidID = errors.New("invalid id")
+	ErrPinned    = errors.New("checkpoint is pinned")
+	ErrConflict  = errors.New("conflict")
+)
+
+// Error is a request error that names the offending field and says how to fix the request.
+type Error struct {
+	Op    string // e.g. "session.create"
+	Field string // agent_id, session_id, checkpoint_id
+	ID    string // the offending value
+	Err   error  // one of the sentinels, possibly wrapped
+	Hint  string // what to do about it
+}
+
+func (e *Error) Error() string {
+	msg := fmt.Sprintf("%s: %s %q: %v", e.Op, e.Field, e.ID, e.Err)
+	if e.Hint != "" {
+		msg += "; " + e.Hint
+	}
+	return msg
+}
+
+func (e *Error) Unwrap() error { return e.Err }
+
+// Is reports whether target is the sentinel this error carries.
+func (e *Error) Is(target error) bool { return errors.Is(e.Err, target) }
+
+func notFound(op, field, id, hint string) error {
+	return &Error{Op: op, Field: field, ID: id, Err: ErrNotFound, Hint: hint}
+}
+
+func exists(op, field, id string) error {
+	return &Error{Op: op, Field: field, ID: id, Err: ErrExists, Hint: "choose another " + field + " or delete the existing one first"}
+}

@@ -1,0 +1,161 @@
+package store
+
+import (
+	"errors"
+	"fmt"
+	"sort"
+	"time"
+)
+
+// Session is a second-level workspace: one Btrfs subvolume, current/, and its checkpoints.
+type Session struct {
+	AgentID, ID string
+	Created     time.Time
+	Current     string // path of current/
+	Head        string // checkpoint current/ was last restored from or checkpointed at; "" none
+}
+
+func (s *Store) session(agentID, id string, r *sessionRec) *Session {
+	return &Session{AgentID: agentID, ID: id, Created: r.Created, Head: r.Head,
+		Current: s.abs(sessionRel(agentID, id) + "/current")}
+}
+
+// findSession checks both ids and returns the session record. The caller holds s.mu.
+func (s *Store) findSession(op, agentID, id string) (*sessionRec, error) {
+	if err := checkID(op, "agent_id", agentID); err != nil {
+		return nil, err
+	}
+	if err := checkID(op, "session_id", id); err != nil {
+		return nil, err
+	}
+	a := s.ix.Agents[agentID]
+	if a == nil {
+		return nil, agentNotFound(op, agentID)
+	}
+	r := a.Sessions[id]
+	if r == nil {
+		return nil, notFound(op, "session_id", id, "create it with session.create or list the agent's sessions with session.list")
+	}
+	return r, nil
+}
+
+// CreateSession creates the session's current/ subvolume and its empty checkpoints/.
+// It is journaled; recovery removes a session that did not reach the index.
+func (s *Store) CreateSession(agentID, id string) (*Session, error) {
+	const op = "session.create"
+	if err := s.checkNewSession(op, agentID, id); err != nil {
+		return nil, err
+	}
+	unlock, err := s.lockSession(op, agentID, id)
+	if err != nil {
+		return nil, err
+	}
+	defer unlock()
+	if err := s.checkNewSession(op, agentID, id); err != nil {
+		return nil, err
+	}
+	rel := sessionRel(agentID, id)
+	if ok, _ := existsAt(s.fd(), rel); ok {
+		return nil, &Error{Op: op, Field: "session_id", ID: id, Err: ErrConflict,
+			Hint: "a directory of that name exists but is not a session; pick another session_id"}
+	}
+	t := s.newTxn(opCreateSession, agentID, id)
+	if err := s.step(t, stepSessSubvol); err != nil {
+		return nil, s.abort(t, op, err)
+	}
+	if err := s.makeSessionTree(rel); err != nil {
+		return nil, s.abort(t, op, err)
+	}
+	if err := s.step(t, stepSessIndex); err != nil {
+		return nil, s.abort(t, op, err)
+	}
+	rec := &sessionRec{Created: time.Now().UTC(), Checkpoints: map[string]*cpRec{}}
+	s.mu.Lock()
+	err = s.update(func(ix *index) error {
+		a := ix.Agents[agentID]
+		if a == nil {
+			return agentNotFound(op, agentID)
+		}
+		a.Sessions[id] = rec
+		return nil
+	})
+	s.mu.Unlock()
+	if err != nil {
+		return nil, s.abort(t, op, err)
+	}
+	if err := s.journalRemove(t); err != nil {
+		return nil, fmt.Errorf("%s: %w", op, err)
+	}
+	s.audit(op, agentID, id, "", "")
+	return s.session(agentID, id, rec), nil
+}
+
+// checkNewSession checks the ids, that the agent exists and that the session does not.
+func (s *Store) checkNewSession(op, agentID, id string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	_, err := s.findSession(op, agentID, id)
+	if err == nil {
+		return exists(op, "session_id", id)
+	}
+	var e *Error
+	if errors.As(err, &e) && e.Field == "session_id" && errors.Is(err, ErrNotFound) {
+		return nil
+	}
+	return err
+}
+
+func (s *Store) makeSessionTree(rel string) error {
+	if err := mkdirAll(s.fd(), rel+"/checkpoints"); err != nil {
+		return err
+	}
+	dir, err := openDir(s.fd(), rel)
+	if err != nil {
+		return err
+	}
+	defer dir.Close()
+	return subvolCreate(int(dir.Fd()), "current")
+}
+
+// GetSession returns one session.
+func (s *Store) GetSession(agentID, id string) (*Session, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	r, err := s.findSession("session.get", agentID, id)
+	if err != nil {
+		return nil, err
+	}
+	return s.session(agentID, id, r), nil
+}
+
+// ListSessions returns the agent's sessions sorted by id.
+func (s *Store) ListSessions(agentID string) ([]*Session, error) {
+	const op = "session.list"
+	if err := checkID(op, "agent_id", agentID); err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	a := s.ix.Agents[agentID]
+	if a == nil {
+		return nil, agentNotFound(op, agentID)
+	}
+	out := make([]*Session, 0, len(a.Sessions))
+	for id, r := range a.Sessions {
+		out = append(out, s.session(agentID, id, r))
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out, nil
+}
+
+// SessionPaths returns the paths a run of the session needs: its current/, the agent's shared/
+// and the agent's workspace.
+func (s *Store) SessionPaths(agentID, sessionID string) (current, shared, agentWorkspace string, err error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, err := s.findSession("session.paths", agentID, sessionID); err != nil {
+		return "", "", "", err
+	}
+	ws := s.abs(workspaceRel(agentID))
+	return s.abs(sessionRel(agentID, sessionID) + "/current"), ws + "/shared", ws, nil
+}

@@ -1,0 +1,172 @@
+package store
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+
+	"golang.org/x/sys/unix"
+)
+
+// Store is the workspace store rooted at one directory on a Btrfs filesystem. It is safe for
+// concurrent use; operations on one session are serialised.
+type Store struct {
+	root     string
+	rootDir  *os.File // every workspace path is opened beneath it, without following symlinks
+	stateDir string
+	lock     *os.File // flock on stateDir/.lock
+
+	mu       sync.Mutex
+	ix       *index
+	sessions map[string]*sync.Mutex // per-session operation locks
+	inUse    map[string]int         // checkpoint keys a rollback is restoring from
+	pending  map[string]string      // session key → id of a transaction left for recovery
+	hookFn   func(step string) error
+	seq      uint64
+}
+
+// Open opens the store at root (which must be on Btrfs) with its state in stateDir, which must
+// not be inside root/agents. It first recovers every transaction a crash left in the journal.
+func Open(root, stateDir string) (*Store, error) {
+	root, err := filepath.Abs(root)
+	if err != nil {
+		return nil, err
+	}
+	if stateDir, err = filepath.Abs(stateDir); err != nil {
+		return nil, err
+	}
+	if rel, err := filepath.Rel(filepath.Join(root, "agents"), stateDir); err == nil && filepath.IsLocal(rel) {
+		return nil, fmt.Errorf("open store: state dir %s is inside %s/agents; put it outside the rollback scope, e.g. %s",
+			stateDir, root, filepath.Join(root, ".allox-state"))
+	}
+	for _, d := range []string{filepath.Join(root, "agents"), filepath.Join(stateDir, journalDir)} {
+		if err := os.MkdirAll(d, 0o700); err != nil {
+			return nil, fmt.Errorf("open store: %w", err)
+		}
+	}
+	var fs unix.Statfs_t
+	if err := unix.Statfs(root, &fs); err != nil {
+		return nil, fmt.Errorf("open store: %w", err)
+	}
+	if uint32(fs.Type) != unix.BTRFS_SUPER_MAGIC {
+		return nil, fmt.Errorf("open store: root %s is not on Btrfs (filesystem magic %#x); mount a Btrfs filesystem there", root, fs.Type)
+	}
+	lock, err := lockState(stateDir)
+	if err != nil {
+		return nil, fmt.Errorf("open store: %w", err)
+	}
+	s := &Store{root: root, stateDir: stateDir, lock: lock,
+		sessions: map[string]*sync.Mutex{}, inUse: map[string]int{}, pending: map[string]string{}}
+	if s.rootDir, err = os.Open(root); err == nil {
+		if s.ix, err = loadIndex(stateDir); err == nil {
+			err = s.recover()
+		}
+	}
+	if err != nil {
+		s.Close()
+		return nil, fmt.Errorf("open store: %w", err)
+	}
+	return s, nil
+}
+
+// lockState takes an exclusive lock on the state directory: one store per state.
+func lockState(stateDir string) (*os.File, error) {
+	f, err := os.OpenFile(filepath.Join(stateDir, ".lock"), os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, err
+	}
+	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
+		f.Close()
+		return nil, fmt.Errorf("state dir %s is in use by another store (is another daemon running?): %w", stateDir, err)
+	}
+	return f, nil
+}
+
+// Close releases the store's directory handle and its lock on the state directory.
+func (s *Store) Close() error {
+	if s.rootDir != nil {
+		s.rootDir.Close()
+	}
+	return s.lock.Close()
+}
+
+// SetStepHook installs a test hook called before each journaled step (after the step is
+// recorded). Returning an error aborts the operation right there, as a crash would.
+func (s *Store) SetStepHook(h func(step string) error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.hookFn = h
+}
+
+func (s *Store) hook() func(string) error {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.hookFn
+}
+
+func (s *Store) fd() int { return int(s.rootDir.Fd()) }
+
+// update applies fn to a copy of the index and persists it; on any error nothing changes.
+// The caller holds s.mu.
+func (s *Store) update(fn func(ix *index) error) error {
+	next := s.ix.clone()
+	if err := fn(next); err != nil {
+		return err
+	}
+	b, err := jsonIndent(next)
+	if err == nil {
+		err = writeAtomic(s.stateDir, indexFile, b)
+	}
+	if err != nil {
+		return fmt.Errorf("save index: %w", err)
+	}
+	s.ix = next
+	return nil
+}
+
+// lockSession serialises operations on one session. It refuses a session whose failed
+// transaction is still in the journal: only recovery at the next Open may touch it.
+func (s *Store) lockSession(op, agentID, sessionID string) (unlock func(), err error) {
+	s.mu.Lock()
+	k := agentID + "/" + sessionID
+	m := s.sessions[k]
+	if m == nil {
+		m = &sync.Mutex{}
+		s.sessions[k] = m
+	}
+	s.mu.Unlock()
+	m.Lock()
+	s.mu.Lock()
+	txn := s.pending[k]
+	s.mu.Unlock()
+	if txn != "" {
+		m.Unlock()
+		return nil, &Error{Op: op, Field: "session_id", ID: sessionID, Err: ErrConflict,
+			Hint: "transaction " + txn + " on this session failed and awaits recovery; restart the daemon"}
+	}
+	return m.Unlock, nil
+}
+
+// park marks t's session as awaiting recovery at the next Open.
+func (s *Store) park(t *txn) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.pending[t.Agent+"/"+t.Session] = t.ID
+}
+
+func (s *Store) newTxn(op, agentID, sessionID string) *txn {
+	s.mu.Lock()
+	id := s.newTxnIDLocked()
+	s.mu.Unlock()
+	return &txn{ID: id, Op: op, Agent: agentID, Session: sessionID}
+}
+
+// Relative paths below the root.
+func agentRel(agentID string) string     { return "agents/" + agentID }
+func workspaceRel(agentID string) string { return agentRel(agentID) + "/workspace" }
+func sessionRel(agentID, sessionID string) string {
+	return workspaceRel(agentID) + "/sessions/" + sessionID
+}
+
+func (s *Store) abs(rel string) string { return filepath.Join(s.root, filepath.FromSlash(rel)) }

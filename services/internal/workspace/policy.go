@@ -1,0 +1,110 @@
+package workspace
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+)
+
+// Policy is the Session/Turn checkpoint policy: on by default, switched off (or on again) per agent
+// and per session; a session's own setting wins over its agent's. It is daemon state, persisted
+// outside every workspace.
+type Policy struct {
+	path string
+	mu   sync.Mutex
+	st   policyState
+}
+
+type policyState struct {
+	Agents   map[string]bool `json:"agents"`
+	Sessions map[string]bool `json:"sessions"`
+}
+
+// OpenPolicy loads the policy kept in stateDir.
+func OpenPolicy(stateDir string) (*Policy, error) {
+	p := &Policy{path: filepath.Join(stateDir, "turn-policy.json"), st: policyState{Agents: map[string]bool{}, Sessions: map[string]bool{}}}
+	data, err := os.ReadFile(p.path)
+	if errors.Is(err, os.ErrNotExist) {
+		return p, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read turn policy: %w", err)
+	}
+	if err := json.Unmarshal(data, &p.st); err != nil {
+		return nil, fmt.Errorf("decode %s: %w", p.path, err)
+	}
+	if p.st.Agents == nil {
+		p.st.Agents = map[string]bool{}
+	}
+	if p.st.Sessions == nil {
+		p.st.Sessions = map[string]bool{}
+	}
+	return p, nil
+}
+
+// Enabled reports whether turn checkpoints are on for the session.
+func (p *Policy) Enabled(agent, session string) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if v, ok := p.st.Sessions[agent+"/"+session]; ok {
+		return v
+	}
+	if v, ok := p.st.Agents[agent]; ok {
+		return v
+	}
+	return true
+}
+
+// SetAgent switches the policy for an agent's sessions that have no setting of their own.
+func (p *Policy) SetAgent(agent string, on bool) error {
+	return p.update(func(st *policyState) { st.Agents[agent] = on })
+}
+
+// SetSession switches the policy for one session.
+func (p *Policy) SetSession(agent, session string, on bool) error {
+	return p.update(func(st *policyState) { st.Sessions[agent+"/"+session] = on })
+}
+
+// ForgetSession drops a deleted session's setting.
+func (p *Policy) ForgetSession(agent, session string) error {
+	return p.update(func(st *policyState) { delete(st.Sessions, agent+"/"+session) })
+}
+
+// ForgetAgent drops a deleted agent's setting.
+func (p *Policy) ForgetAgent(agent string) error {
+	return p.update(func(st *policyState) { delete(st.Agents, agent) })
+}
+
+func (p *Policy) update(change func(*policyState)) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	next := policyState{Agents: clone(p.st.Agents), Sessions: clone(p.st.Sessions)}
+	change(&next)
+	data, err := json.MarshalIndent(next, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(filepath.Dir(p.path), 0o700); err != nil {
+		return err
+	}
+	tmp := p.path + ".tmp"
+	if err := os.WriteFile(tmp, data, 0o600); err != nil {
+		return fmt.Errorf("write turn policy: %w", err)
+	}
+	if err := os.Rename(tmp, p.path); err != nil {
+		return fmt.Errorf("write turn policy: %w", err)
+	}
+	p.st = next
+	return nil
+}
+
+func clone(m map[string]bool) map[string]bool {
+	c := make(map[string]bool, len(m))
+	for k, v := range m {
+		c[k] = v
+	}
+	return c
+}

@@ -1,0 +1,38 @@
+package workspace
+
+import "testing"
+
+func TestPolicy(t *testing.T) {
+	dir := t.TempDir()
+	p, err := OpenPolicy(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !p.Enabled("a", "s") {
+		t.Fatal("turn checkpoints must default to on")
+	}
+	if err := p.SetAgent("a", false); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.SetSession("a", "keep", true); err != nil {
+		t.Fatal(err)
+	}
+	reopened, err := OpenPolicy(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		agent, session string
+		want           bool
+	}{{"a", "s", false}, {"a", "keep", true}, {"b", "s", true}} {
+		if got := reopened.Enabled(tc.agent, tc.session); got != tc.want {
+			t.Errorf("Enabled(%s, %s) = %v after restart, want %v", tc.agent, tc.session, got, tc.want)
+		}
+	}
+	if err := reopened.ForgetSession("a", "keep"); err != nil {
+		t.Fatal(err)
+	}
+	if reopened.Enabled("a", "keep") {
+		t.Error("a forgotten session must fall back to its agent's setting (off)")
+	}
+}

@@ -1,0 +1,212 @@
+package main
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/allox-os/allox/internal/rpc"
+)
+
+// btrfsRoot makes a real Btrfs filesystem on a loop device and mounts it: the store under test.
+func btrfsRoot(t *testing.T) string {
+	t.Helper()
+	why := ""
+	switch {
+	case os.Geteuid() != 0:
+		why = "needs root to loop-mount a Btrfs filesystem"
+	case func() bool { _, err := exec.LookPath("mkfs.btrfs"); return err != nil }():
+		why = "needs mkfs.btrfs (apt-get install btrfs-progs)"
+	case func() bool { _, err := exec.LookPath("bwrap"); return err != nil }():
+		why = "needs bwrap (apt-get install bubblewrap)"
+	}
+	if why != "" {
+		if os.Getenv("CI") == "true" {
+			t.Fatal(why)
+		}
+		t.Skip(why + "; run go test as root (make test does)")
+	}
+	// Not below /tmp: every sandbox mounts a private /tmp of its own over it.
+	dir, err := os.MkdirTemp("/var/tmp", "allox-daemon-test-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	img, mnt := filepath.Join(dir, "store.img"), filepath.Join(dir, "mnt")
+	for _, argv := range [][]string{{"truncate", "-s", "1G", img}, {"mkfs.btrfs", "-q", img}, {"mkdir", mnt}, {"mount", "-o", "loop", img, mnt}} {
+		if out, err := exec.Command(argv[0], argv[1:]...).CombinedOutput(); err != nil {
+			t.Fatalf("%v: %v\n%s", argv, err, out)
+		}
+	}
+	t.Cleanup(func() {
+		if out, err := exec.Command("umount", "-l", mnt).CombinedOutput(); err != nil {
+			t.Errorf("umount %s: %v\n%s", mnt, err, out)
+		}
+	})
+	return mnt
+}
+
+// post sends a body exactly as the seed's curl commands do and decodes the reply envelope.
+func post(t *testing.T, url, body string) (json.RawMessage, *rpc.Error) {
+	t.Helper()
+	resp, err := http.Post(url+"/v1/rpc", "application/json", strings.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var env struct {
+		OK     bool            `json:"ok"`
+		Result json.RawMessage `json:"result"`
+		Error  *rpc.Error      `json:"error"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&env); err != nil {
+		t.Fatalf("%s: reply does not decode: %v", body, err)
+	}
+	return env.Result, env.Error
+}
+
+func mustPost(t *testing.T, url, body string) json.RawMessage {
+	t.Helper()
+	res, rerr := post(t, url, body)
+	if rerr != nil {
+		t.Fatalf("%s: %v", body, rerr)
+	}
+	return res
+}
+
+func TestSeedSequenceAndRollback(t *testing.T) {
+	root := btrfsRoot(t)
+	bin := build(t)
+	url := daemonOn(t, bin, root)
+
+	// The seed's four curl commands, verbatim bodies.
+	mustPost(t, url, `{"action":"agent.create","params":{"agent_id":"agent-a"}}`)
+	mustPost(t, url, `{"action":"session.create","params":{"agent_id":"agent-a","session_id":"session-1"}}`)
+	mustPost(t, url, `{"action":"session.create","params":{"agent_id":"agent-a","session_id":"session-2"}}`)
+	current := filepath.Join(root, "agents/agent-a/workspace/sessions/session-1/current")
+	other := filepath.Join(root, "agents/agent-a/workspace/sessions/session-2/current")
+	shared := filepath.Join(root, "agents/agent-a/workspace/shared")
+	must(t, os.WriteFile(filepath.Join(current, "kept.txt"), []byte("before\n"), 0o644))
+	must(t, os.WriteFile(filepath.Join(other, "other.txt"), []byte("other session\n"), 0o644))
+	mustPost(t, url, `{"action":"checkpoint.create","params":{"agent_id":"agent-a","session_id":"session-1","checkpoint_id":"clean"}}`)
+
+	// A tracked run changes the workspace (and writes a /tmp file that is synced back).
+	res := mustPost(t, url, `{"action":"process.start","params":{"agent_id":"agent-a","session_id":"session-1","argv":["/bin/sh","-c","printf changed > kept.txt; echo new > new.txt; echo t > /tmp/t.txt; echo out"]}}`)
+	var run rpc.Run
+	must(t, json.Unmarshal(res, &run))
+	res = mustPost(t, url, `{"action":"process.wait","params":{"run_id":"`+run.RunID+`"}}`)
+	must(t, json.Unmarshal(res, &run))
+	if run.State != "exited" || run.ExitCode == nil || *run.ExitCode != 0 {
+		t.Fatalf("run ended %+v", run)
+	}
+	if b, _ := os.ReadFile(filepath.Join(current, "kept.txt")); string(b) != "changed" {
+		t.Fatalf("the run did not write into current/: %q", b)
+	}
+	otherBefore, _ := os.ReadFile(filepath.Join(other, "other.txt"))
+	sharedBefore, _ := os.ReadDir(shared)
+
+	mustPost(t, url, `{"action":"session.rollback","params":{"agent_id":"agent-a","session_id":"session-1","checkpoint_id":"clean"}}`)
+	if b, err := os.ReadFile(filepath.Join(current, "kept.txt")); err != nil || string(b) != "before\n" {
+		t.Errorf("rollback did not restore kept.txt: %q %v", b, err)
+	}
+	if _, err := os.Stat(filepath.Join(current, "new.txt")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("a file created after the checkpoint survived the rollback: %v", err)
+	}
+	if b, _ := os.ReadFile(filepath.Join(other, "other.txt")); !bytes.Equal(b, otherBefore) {
+		t.Errorf("another session changed: %q", b)
+	}
+	if after, _ := os.ReadDir(shared); len(after) != len(sharedBefore) {
+		t.Errorf("shared/ changed across the rollback")
+	}
+	// The run's record outlives the rollback: it is daemon state, outside the workspace.
+	res = mustPost(t, url, `{"action":"process.output","params":{"run_id":"`+run.RunID+`"}}`)
+	var out rpc.Output
+	must(t, json.Unmarshal(res, &out))
+	if out.Data != "out\n" {
+		t.Errorf("process.output after rollback = %q", out.Data)
+	}
+}
+
+func TestBadRequestsChangeNothing(t *testing.T) {
+	root := btrfsRoot(t)
+	bin := build(t)
+	url := daemonOn(t, bin, root)
+	mustPost(t, url, `{"action":"agent.create","params":{"agent_id":"agent-a"}}`)
+	mustPost(t, url, `{"action":"session.create","params":{"agent_id":"agent-a","session_id":"s"}}`)
+	tests := []struct {
+		body        string
+		code, field string
+	}{
+		{`{"action":"agent.create","params":{"agent_id":"../etc"}}`, "invalid_params", "params.agent_id"},
+		{`{"action":"session.create","params":{"agent_id":"agent-a","session_id":".hidden"}}`, "invalid_params", "params.session_id"},
+		{`{"action":"session.rollback","params":{"agent_id":"agent-a","session_id":"s","checkpoint_id":"nope"}}`, "not_found", "params.checkpoint_id"},
+		{`{"action":"checkpoint.create","params":{"agent_id":"agent-a","session_id":"s","checkpoint_id":"c","colour":"red"}}`, "invalid_params", "params.colour"},
+		{`{"action":"session.frobnicate","params":{}}`, "unknown_action", "action"},
+		{`{"action":"session.unfence","params":{"agent_id":"agent-a","session_id":"s"}}`, "forbidden", "action"},
+	}
+	for _, tc := range tests {
+		_, rerr := post(t, url, tc.body)
+		if rerr == nil || string(rerr.Code) != tc.code || rerr.Field != tc.field {
+			t.Errorf("%s\n  got %+v, want code %s field %s", tc.body, rerr, tc.code, tc.field)
+		}
+	}
+	res := mustPost(t, url, `{"action":"checkpoint.list","params":{"agent_id":"agent-a","session_id":"s"}}`)
+	var list struct{ Checkpoints []rpc.Checkpoint }
+	must(t, json.Unmarshal(res, &list))
+	if len(list.Checkpoints) != 1 || list.Checkpoints[0].CheckpointID != "baseline" {
+		t.Errorf("checkpoints after failed requests: %+v (want only the baseline)", list.Checkpoints)
+	}
+}
+
+func TestFencedSessionRefusesStateChanges(t *testing.T) {
+	root := btrfsRoot(t)
+	bin := build(t)
+	url := daemonOn(t, bin, root)
+	mustPost(t, url, `{"action":"agent.create","params":{"agent_id":"a"}}`)
+	mustPost(t, url, `{"action":"session.create","params":{"agent_id":"a","session_id":"s"}}`)
+	mustPost(t, url, `{"action":"session.fence","params":{"agent_id":"a","session_id":"s","reason":"observer lost"}}`)
+	for _, body := range []string{
+		`{"action":"process.start","params":{"agent_id":"a","session_id":"s","argv":["/bin/true"]}}`,
+		`{"action":"checkpoint.create","params":{"agent_id":"a","session_id":"s","checkpoint_id":"c"}}`,
+		`{"action":"session.rollback","params":{"agent_id":"a","session_id":"s","checkpoint_id":"baseline"}}`,
+	} {
+		_, rerr := post(t, url, body)
+		if rerr == nil || rerr.Code != rpc.CodeConflict || !strings.Contains(rerr.Message, "observer lost") {
+			t.Errorf("%s on a fenced session: %+v, want conflict naming the reason", body, rerr)
+		}
+	}
+	var s rpc.Session
+	must(t, json.Unmarshal(mustPost(t, url, `{"action":"session.get","params":{"agent_id":"a","session_id":"s"}}`), &s))
+	if s.Fenced == nil || s.Fenced.Reason != "observer lost" {
+		t.Errorf("session.get does not show the fence: %+v", s)
+	}
+}
+
+// daemonOn starts the daemon on a loopback port over root and stops it (SIGTERM) when the test ends.
+func daemonOn(t *testing.T, bin, root string) string {
+	t.Helper()
+	cmd, wait, addrs := start(t, bin, 1, "--root", root, "--listen", "127.0.0.1:0")
+	t.Cleanup(func() {
+		if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+			t.Error(err)
+		}
+		if err := wait(); err != nil {
+			t.Errorf("daemon after SIGTERM: %v", err)
+		}
+	})
+	return "http://" + addrs["loopback"]
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
