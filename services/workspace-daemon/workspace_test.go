@@ -210,3 +210,65 @@ func must(t *testing.T, err error) {
 		t.Fatal(err)
 	}
 }
+
+func TestRollbackWithLiveProcesses(t *testing.T) {
+	root := btrfsRoot(t)
+	url := daemonOn(t, build(t), root)
+	mustPost(t, url, `{"action":"agent.create","params":{"agent_id":"a"}}`)
+	mustPost(t, url, `{"action":"session.create","params":{"agent_id":"a","session_id":"s"}}`)
+	var r rpc.Run
+	must(t, json.Unmarshal(mustPost(t, url, `{"action":"process.start","params":{"agent_id":"a","session_id":"s","argv":["/bin/sh","-c","touch started; sleep 300 & sleep 300"]}}`), &r))
+
+	// Without kill_processes the live run holds the lease: refused, nothing changed.
+	_, rerr := post(t, url, `{"action":"session.rollback","params":{"agent_id":"a","session_id":"s","checkpoint_id":"baseline"}}`)
+	if rerr == nil || rerr.Code != rpc.CodeConflict || !strings.Contains(rerr.Message, "kill_processes: true") {
+		t.Fatalf("rollback with a live run: %+v, want conflict telling how to proceed", rerr)
+	}
+	var got rpc.Run
+	must(t, json.Unmarshal(mustPost(t, url, `{"action":"process.get","params":{"run_id":"`+r.RunID+`"}}`), &got))
+	if got.State != "running" {
+		t.Fatalf("the refused rollback touched the run: %+v", got)
+	}
+
+	// With kill_processes the session's cgroup is killed (the background sleep too), then swapped.
+	var s rpc.Session
+	must(t, json.Unmarshal(mustPost(t, url, `{"action":"session.rollback","params":{"agent_id":"a","session_id":"s","checkpoint_id":"baseline","kill_processes":true}}`), &s))
+	if s.LiveRuns != 0 {
+		t.Errorf("live runs after a killing rollback: %d", s.LiveRuns)
+	}
+	must(t, json.Unmarshal(mustPost(t, url, `{"action":"process.wait","params":{"run_id":"`+r.RunID+`"}}`), &got))
+	if got.State == "running" || got.State == "exited" && got.ExitCode != nil && *got.ExitCode == 0 {
+		t.Errorf("run after the killing rollback: %+v", got)
+	}
+	if _, err := os.Stat(filepath.Join(root, "agents/a/workspace/sessions/s/current/started")); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the run's file survived the rollback to the baseline: %v", err)
+	}
+}
+
+func TestTurnCheckpointPolicy(t *testing.T) {
+	root := btrfsRoot(t)
+	url := daemonOn(t, build(t), root)
+	mustPost(t, url, `{"action":"agent.create","params":{"agent_id":"a"}}`)
+	mustPost(t, url, `{"action":"session.create","params":{"agent_id":"a","session_id":"on"}}`)
+	mustPost(t, url, `{"action":"session.create","params":{"agent_id":"a","session_id":"off","turn_checkpoints":false}}`)
+	for _, sess := range []string{"on", "off"} {
+		mustPost(t, url, `{"action":"turn.begin","params":{"agent_id":"a","session_id":"`+sess+`","turn_id":"1"}}`)
+		mustPost(t, url, `{"action":"turn.end","params":{"agent_id":"a","session_id":"`+sess+`","turn_id":"1","success":true}}`)
+		mustPost(t, url, `{"action":"turn.end","params":{"agent_id":"a","session_id":"`+sess+`","turn_id":"2","success":false}}`)
+	}
+	ids := func(sess string) []string {
+		var list struct{ Checkpoints []rpc.Checkpoint }
+		must(t, json.Unmarshal(mustPost(t, url, `{"action":"checkpoint.list","params":{"agent_id":"a","session_id":"`+sess+`"}}`), &list))
+		var out []string
+		for _, c := range list.Checkpoints {
+			out = append(out, c.CheckpointID+"<"+c.Parent)
+		}
+		return out
+	}
+	if got := strings.Join(ids("on"), " "); got != "baseline< turn-1<baseline" {
+		t.Errorf("policy on: checkpoints %q, want the baseline and turn-1 after it", got)
+	}
+	if got := ids("off"); len(got) != 0 {
+		t.Errorf("policy off: checkpoints %q, want none", got)
+	}
+}
