@@ -272,3 +272,24 @@ func TestTurnCheckpointPolicy(t *testing.T) {
 		t.Errorf("policy off: checkpoints %q, want none", got)
 	}
 }
+
+// TestSeedCurlCommandsVerbatim runs the seed's four curl commands as written, against the daemon's
+// loopback listener (only the port differs).
+func TestSeedCurlCommandsVerbatim(t *testing.T) {
+	if _, err := exec.LookPath("curl"); err != nil {
+		t.Fatal("curl is needed (apt-get install curl; ci/deps.sh installs it)")
+	}
+	root := btrfsRoot(t)
+	url := daemonOn(t, build(t), root)
+	for _, body := range []string{
+		`{"action":"agent.create","params":{"agent_id":"agent-a"}}`,
+		`{"action":"session.create","params":{"agent_id":"agent-a","session_id":"session-1"}}`,
+		`{"action":"checkpoint.create","params":{"agent_id":"agent-a","session_id":"session-1","checkpoint_id":"clean"}}`,
+		`{"action":"session.rollback","params":{"agent_id":"agent-a","session_id":"session-1","checkpoint_id":"clean"}}`,
+	} {
+		out, err := exec.Command("curl", "-sS", url+"/v1/rpc", "-H", "Content-Type: application/json", "-d", body).CombinedOutput()
+		if err != nil || !strings.HasPrefix(string(out), `{"ok":true`) {
+			t.Errorf("curl -d '%s':\n%s (%v)", body, out, err)
+		}
+	}
+}
