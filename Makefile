@@ -40,6 +40,7 @@ bench: image
 	ALLOX_OUT=$(abspath $(OUT)) $(GO) test -run '^$$' -bench . -benchtime 1x -timeout 60m ./qemu-tests/
 	STORE_BENCH_FILES=1000,10000,100000 $(GO) test -run '^$$' -bench . -benchtime 30x -timeout 60m ./services/internal/store/
 	$(GO) test -run '^$$' -bench . -benchtime 300x ./services/internal/tracked/
+	$(GO) test -run '^$$' -bench . -benchtime 30x ./services/workspace-daemon/
 
 clean:
 	rm -rf $(OUT) bin

@@ -22,7 +22,7 @@ import (
 )
 
 // build compiles the daemon once per test binary into a temporary directory.
-func build(t *testing.T) string {
+func build(t testing.TB) string {
 	t.Helper()
 	bin, err := built()
 	if err != nil {
@@ -55,7 +55,7 @@ func TestMain(m *testing.M) {
 var listening = regexp.MustCompile(`msg=listening .*listener=(\w+) addr=(\S+)`)
 
 // start runs the daemon and waits until it reports its listeners; stderr goes to t.Logf.
-func start(t *testing.T, bin string, want int, args ...string) (*exec.Cmd, func() error, map[string]string) {
+func start(t testing.TB, bin string, want int, args ...string) (*exec.Cmd, func() error, map[string]string) {
 	t.Helper()
 	cmd := exec.Command(bin, args...)
 	stderr, err := cmd.StderrPipe()

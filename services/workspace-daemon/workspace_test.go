@@ -16,7 +16,7 @@ import (
 )
 
 // btrfsRoot makes a real Btrfs filesystem on a loop device and mounts it: the store under test.
-func btrfsRoot(t *testing.T) string {
+func btrfsRoot(t testing.TB) string {
 	t.Helper()
 	why := ""
 	switch {
@@ -54,7 +54,7 @@ func btrfsRoot(t *testing.T) string {
 }
 
 // post sends a body exactly as the seed's curl commands do and decodes the reply envelope.
-func post(t *testing.T, url, body string) (json.RawMessage, *rpc.Error) {
+func post(t testing.TB, url, body string) (json.RawMessage, *rpc.Error) {
 	t.Helper()
 	resp, err := http.Post(url+"/v1/rpc", "application/json", strings.NewReader(body))
 	if err != nil {
@@ -72,7 +72,7 @@ func post(t *testing.T, url, body string) (json.RawMessage, *rpc.Error) {
 	return env.Result, env.Error
 }
 
-func mustPost(t *testing.T, url, body string) json.RawMessage {
+func mustPost(t testing.TB, url, body string) json.RawMessage {
 	t.Helper()
 	res, rerr := post(t, url, body)
 	if rerr != nil {
@@ -190,7 +190,7 @@ func TestFencedSessionRefusesStateChanges(t *testing.T) {
 }
 
 // daemonOn starts the daemon on a loopback port over root and stops it (SIGTERM) when the test ends.
-func daemonOn(t *testing.T, bin, root string) string {
+func daemonOn(t testing.TB, bin, root string) string {
 	t.Helper()
 	cmd, wait, addrs := start(t, bin, 1, "--root", root, "--listen", "127.0.0.1:0")
 	t.Cleanup(func() {
@@ -204,7 +204,7 @@ func daemonOn(t *testing.T, bin, root string) string {
 	return "http://" + addrs["loopback"]
 }
 
-func must(t *testing.T, err error) {
+func must(t testing.TB, err error) {
 	t.Helper()
 	if err != nil {
 		t.Fatal(err)

@@ -1,0 +1,65 @@
+package main
+
+import (
+	"encoding/json"
+	"os/exec"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/allox-os/allox/internal/rpc"
+)
+
+func p50(d []time.Duration) time.Duration {
+	s := slices.Clone(d)
+	slices.Sort(s)
+	return s[len(s)/2]
+}
+
+func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
+
+// BenchmarkProcessStartTrue times process.start + process.wait of /bin/true through the RPC API —
+// sandbox, cgroup, run record and all — beside a bare fork/exec of the same argv in the same run.
+func BenchmarkProcessStartTrue(b *testing.B) {
+	url := daemonOn(b, build(b), btrfsRoot(b))
+	mustPost(b, url, `{"action":"agent.create","params":{"agent_id":"a"}}`)
+	mustPost(b, url, `{"action":"session.create","params":{"agent_id":"a","session_id":"s"}}`)
+	var ours, bare []time.Duration
+	for b.Loop() {
+		start := time.Now()
+		var r rpc.Run
+		must(b, json.Unmarshal(mustPost(b, url, `{"action":"process.start","params":{"agent_id":"a","session_id":"s","argv":["/bin/true"]}}`), &r))
+		mustPost(b, url, `{"action":"process.wait","params":{"run_id":"`+r.RunID+`"}}`)
+		ours = append(ours, time.Since(start))
+		start = time.Now()
+		must(b, exec.Command("/bin/true").Run())
+		bare = append(bare, time.Since(start))
+	}
+	b.ReportMetric(ms(p50(ours)), "rpc-p50-ms")
+	b.ReportMetric(ms(p50(bare)), "bare-p50-ms")
+	b.ReportMetric(ms(p50(ours)-p50(bare)), "overhead-p50-ms")
+	b.ReportMetric(float64(p50(ours))/float64(p50(bare)), "ratio")
+}
+
+// BenchmarkRollbackKill times session.rollback with kill_processes while a run and its background
+// child are alive, beside a rollback of the same session with nothing to kill, in the same run.
+func BenchmarkRollbackKill(b *testing.B) {
+	url := daemonOn(b, build(b), btrfsRoot(b))
+	mustPost(b, url, `{"action":"agent.create","params":{"agent_id":"a"}}`)
+	mustPost(b, url, `{"action":"session.create","params":{"agent_id":"a","session_id":"s"}}`)
+	const rollback = `{"action":"session.rollback","params":{"agent_id":"a","session_id":"s","checkpoint_id":"baseline","kill_processes":true}}`
+	var kill, quiet []time.Duration
+	for b.Loop() {
+		mustPost(b, url, `{"action":"process.start","params":{"agent_id":"a","session_id":"s","argv":["/bin/sh","-c","sleep 300 & sleep 300"]}}`)
+		time.Sleep(20 * time.Millisecond) // let the background child start
+		start := time.Now()
+		mustPost(b, url, rollback)
+		kill = append(kill, time.Since(start))
+		start = time.Now()
+		mustPost(b, url, rollback)
+		quiet = append(quiet, time.Since(start))
+	}
+	b.ReportMetric(ms(p50(kill)), "kill-p50-ms")
+	b.ReportMetric(ms(p50(quiet)), "quiet-p50-ms")
+	b.ReportMetric(float64(p50(kill))/float64(p50(quiet)), "ratio")
+}
