@@ -7,7 +7,7 @@ OUT ?= out
 export ALLOX_CACHE ?= /var/cache/allox
 TEST_TIMEOUT ?= 80m
 
-.PHONY: all deps image boot test bench unit clean
+.PHONY: all deps image boot test bench unit generate check-generated clean
 
 all: image
 
@@ -26,8 +26,16 @@ image: bin/mkimage
 boot: image
 	$(GO) run ./qemu-tests/cmd/allox-boot -out $(OUT)
 
+# Regenerate the committed bpf2go output (BPF C → .o and Go loader); needs clang and llvm.
+generate: deps
+	$(GO) generate ./services/internal/proctree/
+
+# CI regenerates and fails when the committed output differs from what the BPF C now compiles to.
+check-generated: generate
+	@git diff --exit-code -- services/internal/proctree/ || { echo "bpf2go output is stale: run make generate and commit it" >&2; exit 1; }
+
 # The whole suite: unit and integration tests on the real components, then the QEMU boots.
-test: image
+test: image check-generated
 	$(GO) vet ./...
 	ALLOX_OUT=$(abspath $(OUT)) $(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./...
 

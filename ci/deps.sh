@@ -10,6 +10,8 @@ packages=(
   mmdebstrap e2fsprogs fdisk cpio btrfs-progs bubblewrap
   # boot
   qemu-system-x86
+  # BPF C for the process-tree provider (make generate)
+  clang llvm libbpf-dev
   # bench baseline (busybox init) and tools
   busybox-static curl ca-certificates
 )
