@@ -30,6 +30,8 @@ const (
 	ActionProcessKill   = "process.kill"
 	ActionProcessList   = "process.list"
 	ActionProcessOutput = "process.output"
+	ActionProcessTree   = "process.tree"
+	ActionProcessEvents = "process.events"
 
 	ActionTurnBegin = "turn.begin"
 	ActionTurnEnd   = "turn.end"

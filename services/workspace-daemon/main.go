@@ -20,9 +20,11 @@ import (
 
 	"github.com/allox-os/allox/services/internal/daemon"
 	"github.com/allox-os/allox/services/internal/fence"
+	"github.com/allox-os/allox/services/internal/proctree"
 	"github.com/allox-os/allox/services/internal/store"
 	"github.com/allox-os/allox/services/internal/system"
 	"github.com/allox-os/allox/services/internal/tracked"
+	"github.com/allox-os/allox/services/internal/tracker"
 	"github.com/allox-os/allox/services/internal/workspace"
 )
 
@@ -65,6 +67,19 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		if err := daemon.RegisterWorkspace(router, ws); err != nil {
 			return err
 		}
+		tr, err := openTracker(cfg, ws)
+		if err != nil {
+			return err
+		}
+		if tr != nil {
+			defer tr.Close()
+			err = daemon.RegisterTracker(router, ws, tr)
+		} else {
+			err = daemon.RegisterTrackerDisabled(router)
+		}
+		if err != nil {
+			return err
+		}
 	}
 	log.Info("starting", "version", system.BuildVersion(version), "root", cfg.Root, "actions", router.Actions())
 	return daemon.Serve(ctx, cfg, router, log)
@@ -91,4 +106,27 @@ func openWorkspace(cfg daemon.Config) (*workspace.Service, error) {
 		return nil, err
 	}
 	return &workspace.Service{Store: st, Runs: runs, Fences: fences, Policy: policy, KillOnRollback: cfg.KillOnRollback}, nil
+}
+
+// openTracker returns the process tracker asked for by --process-tracker (nil without it). With
+// --process-tree-provider=ebpf it loads the eBPF collector and refuses to go on if that fails: the
+// provider was asked for, so the daemon must not run without it. The observer (a later plugin) and
+// the eBPF provider are mutually exclusive; there is nothing to check until the observer exists.
+func openTracker(cfg daemon.Config, ws *workspace.Service) (*tracker.Tracker, error) {
+	if !cfg.ProcessTracker {
+		return nil, nil
+	}
+	if cfg.ProcessTreeProvider != daemon.ProviderEBPF {
+		return tracker.New(ws.Runs), nil
+	}
+	col, err := proctree.Open()
+	if err != nil {
+		return nil, fmt.Errorf("--process-tree-provider=ebpf: load the eBPF process-tree provider (needs root and kernel BTF): %w", err)
+	}
+	tr, err := tracker.NewEBPF(ws.Runs, col, filepath.Join(cfg.State, "proctree"))
+	if err != nil {
+		col.Close()
+		return nil, fmt.Errorf("--process-tree-provider=ebpf: %w", err)
+	}
+	return tr, nil
 }

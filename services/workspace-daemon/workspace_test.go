@@ -190,9 +190,9 @@ func TestFencedSessionRefusesStateChanges(t *testing.T) {
 }
 
 // daemonOn starts the daemon on a loopback port over root and stops it (SIGTERM) when the test ends.
-func daemonOn(t testing.TB, bin, root string) string {
+func daemonOn(t testing.TB, bin, root string, extra ...string) string {
 	t.Helper()
-	cmd, wait, addrs := start(t, bin, 1, "--root", root, "--listen", "127.0.0.1:0")
+	cmd, wait, addrs := start(t, bin, 1, append([]string{"--root", root, "--listen", "127.0.0.1:0"}, extra...)...)
 	t.Cleanup(func() {
 		if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
 			t.Error(err)

@@ -49,7 +49,17 @@ type Config struct {
 	// SystemOnly serves only the system.* actions, without the workspace runtime (no Btrfs store,
 	// no sandbox): for diagnosing a guest whose store cannot be opened.
 	SystemOnly bool
+	// ProcessTracker enables process.tree and process.events (answered from the session cgroup, live
+	// processes only, unless ProcessTreeProvider is "ebpf").
+	ProcessTracker bool
+	// ProcessTreeProvider is "" or "ebpf": the eBPF process-tree provider, which records every
+	// fork, exec and exit of the runs. It needs ProcessTracker. The observer (a later plugin) and
+	// this provider are mutually exclusive; there is nothing to check until the observer exists.
+	ProcessTreeProvider string
 }
+
+// ProviderEBPF is the --process-tree-provider value of the eBPF provider.
+const ProviderEBPF = "ebpf"
 
 // ParseFlags parses and checks the command line. Flag errors and -h write usage to stderr.
 func ParseFlags(args []string, stderr io.Writer) (Config, error) {
@@ -65,6 +75,8 @@ func ParseFlags(args []string, stderr io.Writer) (Config, error) {
 	fset.StringVar(&c.Bwrap, "bwrap", "bwrap", "bubblewrap `binary` for tracked runs")
 	fset.StringVar(&c.CgroupParent, "cgroup-parent", "allox", "cgroup below the cgroup2 mount that holds the agents' and sessions' groups")
 	fset.BoolVar(&c.SystemOnly, "system-only", false, "serve only system.* actions, without the workspace runtime")
+	fset.BoolVar(&c.ProcessTracker, "process-tracker", false, "enable process.tree and process.events (from the session cgroup: live processes only, unless --process-tree-provider=ebpf)")
+	fset.StringVar(&c.ProcessTreeProvider, "process-tree-provider", "", "`provider` of the process tree: \"ebpf\" records every fork, exec and exit of the runs (needs --process-tracker, root and kernel BTF)")
 	if err := fset.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return c, err
@@ -101,6 +113,15 @@ func (c Config) Validate() error {
 		if c.TokenFile == "" {
 			errs = append(errs, errors.New("--listen-host needs --token-file: the host listener accepts only requests that carry its bearer token"))
 		}
+	}
+	switch c.ProcessTreeProvider {
+	case "":
+	case ProviderEBPF:
+		if !c.ProcessTracker {
+			errs = append(errs, errors.New("--process-tree-provider=ebpf needs --process-tracker: add --process-tracker"))
+		}
+	default:
+		errs = append(errs, fmt.Errorf("--process-tree-provider %q: use \"ebpf\" or leave it empty", c.ProcessTreeProvider))
 	}
 	if err := errors.Join(errs...); err != nil {
 		return usageError{err}

@@ -47,6 +47,8 @@ func TestParseFlagsErrors(t *testing.T) {
 		{"bad host address", []string{"--root", root, "--listen-host", "8093", "--token-file", file}, "use HOST:PORT"},
 		{"positional", []string{"--root", root, "serve"}, `unexpected argument "serve"`},
 		{"unknown flag", []string{"--root", root, "--verbose"}, "flag provided but not defined"},
+		{"provider without tracker", []string{"--root", root, "--process-tree-provider", "ebpf"}, "needs --process-tracker"},
+		{"unknown provider", []string{"--root", root, "--process-tracker", "--process-tree-provider", "ptrace"}, `use "ebpf"`},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			_, err := ParseFlags(tt.args, io.Discard)

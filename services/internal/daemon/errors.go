@@ -9,6 +9,7 @@ import (
 	"github.com/allox-os/allox/services/internal/store"
 	"github.com/allox-os/allox/services/internal/system"
 	"github.com/allox-os/allox/services/internal/tracked"
+	"github.com/allox-os/allox/services/internal/tracker"
 	"github.com/allox-os/allox/services/internal/workspace"
 )
 
@@ -21,11 +22,11 @@ func rpcError(err error) *rpc.Error {
 	switch {
 	case errors.As(err, &re):
 		return re
-	case errors.Is(err, system.ErrNoKernelConfig), errors.Is(err, system.ErrNotUnderInit):
+	case errors.Is(err, system.ErrNoKernelConfig), errors.Is(err, system.ErrNotUnderInit), errors.Is(err, tracker.ErrUnsupported):
 		code = rpc.CodeUnsupported
-	case errors.Is(err, store.ErrInvalidID), errors.Is(err, tracked.ErrInvalid):
+	case errors.Is(err, store.ErrInvalidID), errors.Is(err, tracked.ErrInvalid), errors.Is(err, tracker.ErrInvalid):
 		code = rpc.CodeInvalidParams
-	case errors.Is(err, store.ErrNotFound), errors.Is(err, tracked.ErrNotFound):
+	case errors.Is(err, store.ErrNotFound), errors.Is(err, tracked.ErrNotFound), errors.Is(err, tracker.ErrNotFound):
 		code = rpc.CodeNotFound
 	case errors.Is(err, store.ErrExists), errors.Is(err, store.ErrPinned), errors.Is(err, store.ErrConflict),
 		errors.Is(err, fence.ErrFenced), errors.Is(err, workspace.ErrBusy):
@@ -36,11 +37,14 @@ func rpcError(err error) *rpc.Error {
 	out := &rpc.Error{Code: code, Message: err.Error()}
 	var se *store.Error
 	var te *tracked.InvalidError
+	var ke *tracker.InvalidError
 	switch {
 	case errors.As(err, &se) && se.Field != "":
 		out.Field = "params." + se.Field
 	case errors.As(err, &te) && te.Field != "":
 		out.Field = "params." + te.Field
+	case errors.As(err, &ke) && ke.Field != "":
+		out.Field = "params." + ke.Field
 	}
 	return out
 }

@@ -18,6 +18,7 @@ type Manager struct {
 
 	mu   sync.Mutex
 	runs map[string]*run
+	gate Gate
 }
 
 // run is the in-memory side of one record.
@@ -198,4 +199,22 @@ func (m *Manager) KillSession(ctx context.Context, agentID, sessionID string) er
 		}
 	}
 	return nil
+}
+
+// SetGate installs the gate every later run passes before its command is
+// released (nil removes it). Call it before starting runs.
+func (m *Manager) SetGate(g Gate) {
+	m.mu.Lock()
+	m.gate = g
+	m.mu.Unlock()
+}
+
+// CgroupDir returns the absolute cgroup v2 directory of a session
+// (runID empty) or of one of its runs. The directory exists only while
+// processes of the session or run may be live.
+func (m *Manager) CgroupDir(agentID, sessionID, runID string) string {
+	if runID == "" {
+		return m.cg.path(m.cg.group(agentID, sessionID))
+	}
+	return m.cg.path(m.cg.group(agentID, sessionID, runID))
 }

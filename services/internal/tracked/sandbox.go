@@ -4,7 +4,12 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 )
+
+// blockFD is the descriptor (ExtraFiles[0]) bwrap waits on before it runs
+// the command: the manager releases it once the run's gate has passed.
+const blockFD = 3
 
 // sandboxPath is PATH inside the sandbox unless the request sets one.
 const sandboxPath = "/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin"
@@ -24,6 +29,7 @@ func bwrapArgs(cfg *Config, req *StartRequest, cwd, tmpDir string) []string {
 		"--die-with-parent", "--new-session",
 		"--cap-drop", "ALL",
 		"--proc", "/proc", "--dev", "/dev",
+		"--block-fd", strconv.Itoa(blockFD),
 	}
 	if cfg.UnshareNet {
 		a = append(a, "--unshare-net")

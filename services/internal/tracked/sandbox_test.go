@@ -17,7 +17,7 @@ func TestBwrapArgs(t *testing.T) {
 	want := []string{
 		"--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
 		"--die-with-parent", "--new-session", "--cap-drop", "ALL",
-		"--proc", "/proc", "--dev", "/dev", "--unshare-net",
+		"--proc", "/proc", "--dev", "/dev", "--block-fd", "3", "--unshare-net",
 		"--ro-bind", "/usr", "/usr",
 		"--bind", "/records/r1/tmp", "/tmp",
 		"--ro-bind", "/w/a/workspace/shared", "/w/a/workspace/shared",

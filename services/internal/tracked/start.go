@@ -41,7 +41,7 @@ func (m *Manager) Start(ctx context.Context, req StartRequest) (*Status, error) 
 		},
 	}
 	r.st.Cgroup = m.cg.path(r.group)
-	cmd, cleanup, err := m.prepare(&req, r, dir, cwd)
+	cmd, release, cleanup, err := m.prepare(&req, r, dir, cwd)
 	if err != nil {
 		_ = os.RemoveAll(dir)
 		return nil, fmt.Errorf("%w: %w", ErrSandbox, err)
@@ -50,11 +50,19 @@ func (m *Manager) Start(ctx context.Context, req StartRequest) (*Status, error) 
 	err = cmd.Start()
 	cleanup()
 	if err != nil {
+		release.Close()
+		closeOutput(cmd)
 		_ = m.cg.remove(r.group)
 		_ = os.RemoveAll(dir)
 		return nil, fmt.Errorf("%w: start bwrap: %w", ErrSandbox, err)
 	}
 	r.st.Pid = cmd.Process.Pid
+	if err := m.passGate(id, cmd, r.group); err != nil {
+		release.Close()
+		_ = os.RemoveAll(dir)
+		return nil, fmt.Errorf("%w: %w", ErrSandbox, err)
+	}
+	release.Close() // EOF on the block fd: bwrap runs the command
 	m.mu.Lock()
 	m.runs[id] = r
 	st := r.st.clone()
@@ -66,12 +74,47 @@ func (m *Manager) Start(ctx context.Context, req StartRequest) (*Status, error) 
 	return st, nil
 }
 
-// prepare makes the run directory, its cgroup and the bwrap command. The
-// returned cleanup closes the parent's copies of descriptors after Start.
-func (m *Manager) prepare(req *StartRequest, r *run, dir, cwd string) (*exec.Cmd, func(), error) {
+// passGate runs the manager's gate, if any, while bwrap waits on its block
+// fd. If the gate fails, the run's cgroup is killed, bwrap reaped and the
+// group removed before the error is returned: the command never ran.
+func (m *Manager) passGate(id string, cmd *exec.Cmd, group string) error {
+	m.mu.Lock()
+	gate := m.gate
+	m.mu.Unlock()
+	if gate == nil {
+		return nil
+	}
+	gateErr := gate(id, cmd.Process.Pid)
+	if gateErr == nil {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), killGrace)
+	defer cancel()
+	killErr := m.cg.killWait(ctx, group)
+	_ = cmd.Wait()
+	closeOutput(cmd)
+	if killErr == nil {
+		killErr = m.cg.remove(group)
+	}
+	return errors.Join(fmt.Errorf("run gate: %w", gateErr), killErr)
+}
+
+// closeOutput closes the output files of a command that will not be supervised.
+func closeOutput(cmd *exec.Cmd) {
+	for _, w := range []any{cmd.Stdout, cmd.Stderr} {
+		if bw, ok := w.(*boundedWriter); ok {
+			bw.f.Close()
+		}
+	}
+}
+
+// prepare makes the run directory, its cgroup and the bwrap command. bwrap
+// blocks on blockFD until release is closed. The returned cleanup closes the
+// parent's copies of descriptors after Start.
+func (m *Manager) prepare(req *StartRequest, r *run, dir, cwd string) (*exec.Cmd, *os.File, func(), error) {
 	tmp := filepath.Join(dir, "tmp")
 	if err := os.MkdirAll(tmp, 0o700); err != nil {
-		return nil, nil, err
+		return nil, nil, nil, err
 	}
 	files := make([]*os.File, 0, 3)
 	closeAll := func() {
@@ -84,15 +127,22 @@ func (m *Manager) prepare(req *StartRequest, r *run, dir, cwd string) (*exec.Cmd
 		f, err := os.OpenFile(filepath.Join(dir, name), os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o600)
 		if err != nil {
 			closeAll()
-			return nil, nil, err
+			return nil, nil, nil, err
 		}
 		files = append(files, f)
 		out[i] = &boundedWriter{f: f, max: m.cfg.MaxOutputBytes}
 	}
+	block, release, err := os.Pipe()
+	if err != nil {
+		closeAll()
+		return nil, nil, nil, fmt.Errorf("block fd: %w", err)
+	}
 	cgfd, err := m.cg.create(r.group)
 	if err != nil {
 		closeAll()
-		return nil, nil, fmt.Errorf("cgroup %s: %w", r.st.Cgroup, err)
+		block.Close()
+		release.Close()
+		return nil, nil, nil, fmt.Errorf("cgroup %s: %w", r.st.Cgroup, err)
 	}
 	cmd := exec.Command(m.cfg.Bwrap, bwrapArgs(&m.cfg, req, cwd, tmp)...)
 	cmd.Env = []string{"PATH=" + sandboxPath} // bwrap --clearenv anyway
@@ -105,8 +155,9 @@ func (m *Manager) prepare(req *StartRequest, r *run, dir, cwd string) (*exec.Cmd
 		CgroupFD:    int(cgfd.Fd()),
 		Pdeathsig:   syscall.SIGKILL, // bwrap dies with the daemon; --die-with-parent takes the sandbox along
 	}
+	cmd.ExtraFiles = []*os.File{block} // blockFD
 	// The output files stay open in the writers until supervise ends.
-	return cmd, func() { cgfd.Close() }, nil
+	return cmd, release, func() { cgfd.Close(); block.Close() }, nil
 }
 
 // supervise waits for the run, enforces its timeout, empties and removes

@@ -12,6 +12,9 @@
 //   - Placement: bwrap is cloned straight into the run group with
 //     SysProcAttr.UseCgroupFD (clone3 CLONE_INTO_CGROUP); no re-exec helper,
 //     no window in which a process of the run lives outside its group.
+//   - Release: bwrap waits on --block-fd until the manager's gate (SetGate,
+//     e.g. the eBPF process tracker registering the run) has passed; a gate
+//     error kills the run's cgroup before the command ever runs.
 //   - Lifetime: --die-with-parent plus Pdeathsig on bwrap, so runs die with
 //     the daemon. Background servers started by the agent end with their run
 //     anyway (the PID namespace dies with its init), so the pitfall of
@@ -84,6 +87,12 @@ type StartRequest struct {
 	Stdin     []byte
 	Timeout   time.Duration // 0 = none
 }
+
+// Gate is called once per run after bwrap has started (pid is bwrap's pid in
+// the daemon's pid namespace) and before the run's command is released
+// (bwrap --block-fd). An error fails the start closed: the run's cgroup is
+// killed and Start returns ErrSandbox. See Manager.SetGate.
+type Gate func(runID string, pid int) error
 
 // Status is a run record. It is persisted as JSON in Config.RecordsDir.
 type Status struct {
