@@ -49,6 +49,7 @@ bench: image
 	STORE_BENCH_FILES=1000,10000,100000 $(GO) test -run '^$$' -bench . -benchtime 30x -timeout 60m ./services/internal/store/
 	$(GO) test -run '^$$' -bench . -benchtime 300x ./services/internal/tracked/
 	$(GO) test -run '^$$' -bench . -benchtime 30x ./services/workspace-daemon/
+	$(GO) test -run '^$$' -bench SpawnStorm -benchtime 5x ./services/internal/proctree/
 
 clean:
 	rm -rf $(OUT) bin
