@@ -17,9 +17,12 @@ deps:
 bin/mkimage: deps FORCE
 	@$(GO) build -o bin/mkimage ./mkimage
 
-# Build the default appliance (images/allox.hcl) into $(OUT)/.
+# Build the default appliance (images/allox.hcl) into $(OUT)/, and the appliance of
+# TestProcessTreeInGuest (the same with the eBPF process-tree provider) into $(OUT)/process-tree/;
+# its kernel is the same, so the second build takes it from the cache.
 image: bin/mkimage
 	bin/mkimage build -out $(OUT)
+	bin/mkimage build -out $(OUT)/process-tree qemu-tests/testdata/process-tree.hcl
 
 # Build the default appliance, boot it under QEMU (KVM when it works, TCG otherwise), wait until the
 # workspace daemon is ready, ask it for system.info, and power it off cleanly.

@@ -37,8 +37,14 @@ type built struct {
 // needAppliance reads the artifacts for m, or stops the test saying how to build them.
 func needAppliance(tb testing.TB, m mode) *built {
 	tb.Helper()
+	return needApplianceIn(tb, m, outDir())
+}
+
+// needApplianceIn is needAppliance for the artifacts in dir, such as a subdirectory of outDir()
+// that `make image` builds from a spec under testdata/.
+func needApplianceIn(tb testing.TB, m mode, dir string) *built {
+	tb.Helper()
 	needQEMU(tb)
-	dir := outDir()
 	files := []string{artifact.Boot, artifact.Kernel, artifact.Rootfs}
 	if m == initrdMode {
 		files[2] = artifact.Initramfs

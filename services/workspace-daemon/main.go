@@ -20,7 +20,6 @@ import (
 
 	"github.com/allox-os/allox/services/internal/daemon"
 	"github.com/allox-os/allox/services/internal/fence"
-	"github.com/allox-os/allox/services/internal/proctree"
 	"github.com/allox-os/allox/services/internal/store"
 	"github.com/allox-os/allox/services/internal/system"
 	"github.com/allox-os/allox/services/internal/tracked"
@@ -52,6 +51,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	if err != nil {
 		return err
+	}
+	if cfg.ProcessTreeProvider == daemon.ProviderEBPF && openProcessTree == nil {
+		return fmt.Errorf("--process-tree-provider=ebpf: %w", errProviderNotInstalled)
 	}
 	log := slog.New(slog.NewTextHandler(stderr, nil)).With("component", "workspace-daemon")
 	router := daemon.NewRouter()
@@ -108,6 +110,10 @@ func openWorkspace(cfg daemon.Config) (*workspace.Service, error) {
 	return &workspace.Service{Store: st, Runs: runs, Fences: fences, Policy: policy, KillOnRollback: cfg.KillOnRollback}, nil
 }
 
+// errProviderNotInstalled refuses --process-tree-provider=ebpf in a daemon built without the plugin.
+var errProviderNotInstalled = errors.New(`the eBPF process-tree provider is not installed in this image: ` +
+	`add plugins = ["process-tree"] to the daemon's service block in the image spec`)
+
 // openTracker returns the process tracker asked for by --process-tracker (nil without it). With
 // --process-tree-provider=ebpf it loads the eBPF collector and refuses to go on if that fails: the
 // provider was asked for, so the daemon must not run without it. The observer (a later plugin) and
@@ -119,7 +125,7 @@ func openTracker(cfg daemon.Config, ws *workspace.Service) (*tracker.Tracker, er
 	if cfg.ProcessTreeProvider != daemon.ProviderEBPF {
 		return tracker.New(ws.Runs), nil
 	}
-	col, err := proctree.Open()
+	col, err := openProcessTree()
 	if err != nil {
 		return nil, fmt.Errorf("--process-tree-provider=ebpf: load the eBPF process-tree provider (needs root and kernel BTF): %w", err)
 	}

@@ -31,23 +31,41 @@ func build(t testing.TB) string {
 	return bin
 }
 
-var built = sync.OnceValues(func() (string, error) {
+// buildProcessTree returns the daemon built with the eBPF process-tree provider linked in, as mkimage
+// builds it for a service with plugins = ["process-tree"].
+func buildProcessTree(t testing.TB) string {
+	t.Helper()
+	bin, err := builtProcessTree()
+	if err != nil {
+		t.Fatal(err)
+	}
+	return bin
+}
+
+var (
+	built            = sync.OnceValues(func() (string, error) { return goBuild("") })
+	builtProcessTree = sync.OnceValues(func() (string, error) { return goBuild("allox_process_tree") })
+)
+
+func goBuild(tags string) (string, error) {
 	dir, err := os.MkdirTemp("", "allox-workspace-daemon-test")
 	if err != nil {
 		return "", err
 	}
 	bin := filepath.Join(dir, "allox-workspace-daemon")
-	out, err := exec.Command("go", "build", "-ldflags", "-X main.version=v9.9.9-test", "-o", bin, ".").CombinedOutput()
+	out, err := exec.Command("go", "build", "-tags", tags, "-ldflags", "-X main.version=v9.9.9-test", "-o", bin, ".").CombinedOutput()
 	if err != nil {
-		return "", fmt.Errorf("go build: %w\n%s", err, out)
+		return "", fmt.Errorf("go build -tags %q: %w\n%s", tags, err, out)
 	}
 	return bin, nil
-})
+}
 
 func TestMain(m *testing.M) {
 	code := m.Run()
-	if bin, err := built(); err == nil {
-		os.RemoveAll(filepath.Dir(bin))
+	for _, b := range []func() (string, error){built, builtProcessTree} {
+		if bin, err := b(); err == nil {
+			os.RemoveAll(filepath.Dir(bin))
+		}
 	}
 	os.Exit(code)
 }

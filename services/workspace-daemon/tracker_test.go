@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os/exec"
 	"slices"
@@ -15,7 +16,7 @@ import (
 
 func TestProcessTrackerEBPF(t *testing.T) {
 	root := btrfsRoot(t)
-	url := daemonOn(t, build(t), root, "--process-tracker", "--process-tree-provider", "ebpf")
+	url := daemonOn(t, buildProcessTree(t), root, "--process-tracker", "--process-tree-provider", "ebpf")
 	mustPost(t, url, `{"action":"agent.create","params":{"agent_id":"a"}}`)
 	mustPost(t, url, `{"action":"session.create","params":{"agent_id":"a","session_id":"s"}}`)
 
@@ -146,6 +147,26 @@ func TestProcessTrackerCgroup(t *testing.T) {
 	_, rerr := post(t, url, `{"action":"process.events","params":{"agent_id":"a","session_id":"s"}}`)
 	if rerr == nil || rerr.Code != rpc.CodeUnsupported || !strings.Contains(rerr.Message, "--process-tree-provider") {
 		t.Errorf("process.events without the provider: %+v, want unsupported naming --process-tree-provider", rerr)
+	}
+}
+
+// TestProcessTreeNotInstalled checks that a daemon built without the process-tree plugin refuses
+// --process-tree-provider=ebpf, naming the flag and the spec change that installs the provider.
+func TestProcessTreeNotInstalled(t *testing.T) {
+	var stderr strings.Builder
+	cmd := exec.Command(build(t), "--root", t.TempDir(), "--listen", "127.0.0.1:0",
+		"--process-tracker", "--process-tree-provider", "ebpf")
+	cmd.Stderr = &stderr
+	err := cmd.Run()
+	var exit *exec.ExitError
+	if !errors.As(err, &exit) || exit.ExitCode() == 0 {
+		t.Fatalf("daemon without the plugin: %v, want a non-zero exit\n%s", err, stderr.String())
+	}
+	for _, want := range []string{"--process-tree-provider=ebpf", "the eBPF process-tree provider is not installed in this image",
+		`add plugins = ["process-tree"] to the daemon's service block in the image spec`} {
+		if !strings.Contains(stderr.String(), want) {
+			t.Errorf("stderr does not say %q:\n%s", want, stderr.String())
+		}
 	}
 }
 

@@ -7,8 +7,10 @@ import (
 	"os/exec"
 	"path"
 	"path/filepath"
+	"slices"
 	"strings"
 
+	"github.com/allox-os/allox/mkimage/internal/spec"
 	"github.com/allox-os/allox/rootfs"
 )
 
@@ -24,19 +26,23 @@ const InitPath = "/sbin/init"
 // buildBinaries compiles the Go init and every service that names a Go package, as static,
 // reproducible linux/amd64 binaries (no cgo, trimmed paths, no build id, no VCS stamp).
 func buildBinaries(ctx context.Context, s *state) error {
-	targets := []rootfs.Binary{{Path: InitPath, Source: initPackage}}
+	targets := []target{{Binary: rootfs.Binary{Path: InitPath, Source: initPackage}}}
 	for _, svc := range s.opt.Spec.Services {
 		if svc.Build != "" {
-			targets = append(targets, rootfs.Binary{Path: svc.Command[0], Source: svc.Build})
+			targets = append(targets, target{Binary: rootfs.Binary{Path: svc.Command[0], Source: svc.Build}, tags: pluginTags(svc.Plugins)})
 		}
 	}
 	binDir := filepath.Join(s.work, "bin")
 	for _, t := range targets {
 		out := filepath.Join(binDir, strings.TrimPrefix(t.Path, "/"))
-		if err := goBuild(ctx, s.opt.ModuleRoot, t.Source, out); err != nil {
+		if err := goBuild(ctx, s.opt.ModuleRoot, t.Source, t.tags, out); err != nil {
 			return err
 		}
-		if err := s.prov.addInput("go-binary", t.Path, modulePath+"/"+path.Clean(t.Source), out); err != nil {
+		detail := modulePath + "/" + path.Clean(t.Source)
+		if len(t.tags) > 0 {
+			detail += " -tags " + strings.Join(t.tags, ",")
+		}
+		if err := s.prov.addInput("go-binary", t.Path, detail, out); err != nil {
 			return err
 		}
 		s.bins = append(s.bins, rootfs.Binary{Path: t.Path, Source: out})
@@ -44,16 +50,33 @@ func buildBinaries(ctx context.Context, s *state) error {
 	return nil
 }
 
-func goBuild(ctx context.Context, root, pkg, out string) error {
+// target is one Go binary to build, with the build tags of the plugins it links in.
+type target struct {
+	rootfs.Binary
+	tags []string
+}
+
+// pluginTags returns the build tags of a service's plugins, sorted so that the order in the spec
+// does not change the build.
+func pluginTags(plugins []string) []string {
+	var tags []string
+	for _, p := range plugins {
+		tags = append(tags, spec.PluginTag(p))
+	}
+	slices.Sort(tags)
+	return slices.Compact(tags)
+}
+
+func goBuild(ctx context.Context, root, pkg string, tags []string, out string) error {
 	if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
 		return err
 	}
 	cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-buildvcs=false",
-		"-ldflags=-s -w -buildid=", "-o", out, pkg)
+		"-tags="+strings.Join(tags, ","), "-ldflags=-s -w -buildid=", "-o", out, pkg)
 	cmd.Dir = root
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH=amd64", "GOFLAGS=-mod=readonly")
 	if msg, err := cmd.CombinedOutput(); err != nil {
-		return fmt.Errorf("go build %s: %w\n%s", pkg, err, strings.TrimSpace(string(msg)))
+		return fmt.Errorf("go build %s (tags %q): %w\n%s", pkg, strings.Join(tags, ","), err, strings.TrimSpace(string(msg)))
 	}
 	return nil
 }

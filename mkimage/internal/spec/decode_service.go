@@ -8,6 +8,7 @@ import (
 var serviceSchema = &hcl.BodySchema{
 	Attributes: []hcl.AttributeSchema{
 		{Name: "build"},
+		{Name: "plugins"},
 		{Name: "command", Required: true},
 		{Name: "env"},
 		{Name: "after"},
@@ -30,6 +31,7 @@ func (d *decoder) decodeService(key string, b *hcl.Block) Service {
 	s := Service{Service: manifest.Service{Name: b.Labels[0], Restart: DefaultRestart}}
 	c := d.content(key, b.Body, serviceSchema)
 	attr(d, c, key, "build", &s.Build)
+	attr(d, c, key, "plugins", &s.Plugins)
 	attr(d, c, key, "command", &s.Command)
 	attr(d, c, key, "env", &s.Env)
 	attr(d, c, key, "after", &s.After)

@@ -106,3 +106,28 @@ func TestManifest(t *testing.T) {
 		t.Errorf("changing the manifest changed the image (-want +got):\n%s", diff)
 	}
 }
+
+// The appliance of the guest's process-tree test is the default one plus the plugin: its kernel
+// inputs are identical, so the second `make image` build takes the kernel from the cache.
+func TestProcessTreeSpec(t *testing.T) {
+	def, diags := Load("../../../images/allox.hcl")
+	if diags.HasErrors() {
+		t.Fatal(diags)
+	}
+	pt, diags := Load("../../../qemu-tests/testdata/process-tree.hcl")
+	if diags.HasErrors() {
+		t.Fatal(diags)
+	}
+	if diff := cmp.Diff(def.Kernel, pt.Kernel); diff != "" {
+		t.Errorf("kernel differs from images/allox.hcl (-default +process-tree):\n%s", diff)
+	}
+	if got := def.Services[0].Plugins; len(got) != 0 {
+		t.Errorf("images/allox.hcl daemon plugins = %q, want none", got)
+	}
+	if diff := cmp.Diff([]string{"process-tree"}, pt.Services[0].Plugins); diff != "" {
+		t.Errorf("process-tree.hcl daemon plugins (-want +got):\n%s", diff)
+	}
+	if got := PluginTag("process-tree"); got != "allox_process_tree" {
+		t.Errorf("PluginTag(process-tree) = %q", got)
+	}
+}

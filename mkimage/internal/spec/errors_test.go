@@ -178,6 +178,14 @@ func TestParseErrors(t *testing.T) {
 		edit: []string{`service "store"`, `service "Store DB"`, `["store"]`, `["Store DB"]`},
 		want: []string{`28:9: Invalid service name: service name "Store DB" must be 1 to 63 lowercase letters, digits, '.', '_' or '-', starting with a letter or digit; for example "store-db".`},
 	}, {
+		name: "unknown plugin",
+		edit: []string{`command = ["/bin/store"]`, `build   = "./services/store"` + "\n  plugins = [\"process-tree\", \"proces-tree\"]\n  command = [\"/bin/store\"]"},
+		want: []string{`30:30: Unknown plugin: plugins may name "process-tree"; got "proces-tree". Did you mean "process-tree"?`},
+	}, {
+		name: "plugins without build",
+		edit: []string{`command = ["/bin/store"]`, `plugins = ["process-tree"]` + "\n  command = [\"/bin/store\"]"},
+		want: []string{`29:13: Plugins without build: plugins are linked in when mkimage builds the service, and service "store" has no build; add build = "./services/store" or remove plugins.`},
+	}, {
 		name: "syntax error",
 		edit: []string{`name = "test"`, `name "test"`},
 		want: []string{`1:12: Invalid block definition: A block definition must have block content delimited by "{" and "}", starting on the same line as the block header.`},

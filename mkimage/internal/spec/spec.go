@@ -76,6 +76,9 @@ type Service struct {
 	// Build is a Go package path relative to the module root, such as
 	// "./services/workspace-daemon"; "" if the binary is already in the rootfs.
 	Build string `json:"build"`
+	// Plugins are the optional daemon plugins linked into the binary built from Build, in spec
+	// order, each one of KnownPlugins; mkimage builds with one tag per plugin (see PluginTag).
+	Plugins []string `json:"plugins"`
 }
 
 // Kata holds the settings the Kata runtime configuration needs.

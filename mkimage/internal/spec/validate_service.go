@@ -40,6 +40,7 @@ func (d *decoder) validateService(key string, s Service, names []string) {
 		d.errorf(key+".build", "Invalid build package",
 			"build is a Go package path relative to the module root, starting with \"./\", such as \"./services/workspace-daemon\"; write %q.", fix)
 	}
+	d.validatePlugins(key, s)
 	switch {
 	case len(s.Command) == 0:
 		d.errorf(key+".command", "Empty command", "command must name the program and its arguments, e.g. [\"/usr/bin/%s\"].", s.Name)

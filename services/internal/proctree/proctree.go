@@ -10,56 +10,22 @@ package proctree
 
 import (
 	"errors"
-	"syscall"
+
+	"github.com/allox-os/allox/services/internal/proctree/event"
 )
 
-// Kind is the kind of a process event.
-type Kind uint32
+// Kind is the kind of a process event; see [event.Kind].
+type Kind = event.Kind
 
 // Event kinds, equal to the values used by the BPF program.
 const (
-	Fork Kind = 1
-	Exec Kind = 2
-	Exit Kind = 3
+	Fork = event.Fork
+	Exec = event.Exec
+	Exit = event.Exit
 )
 
-func (k Kind) String() string {
-	switch k {
-	case Fork:
-		return "fork"
-	case Exec:
-		return "exec"
-	case Exit:
-		return "exit"
-	}
-	return "unknown"
-}
-
-// Event is one fork, exec or exit of an attributed process.
-//
-// A process is identified by TGID and StartTime: pids are reused, the pair
-// is not. StartTime is the kernel's task start_time (CLOCK_MONOTONIC
-// nanoseconds), exactly as [Collector.Register] and the BPF side use it.
-type Event struct {
-	Kind            Kind
-	RunID           uint64
-	PID             int    // thread id of the task that triggered the event
-	TGID            int    // process id
-	PPID            int    // process id of the real parent at event time
-	StartTime       uint64 // start_time of the process (its thread-group leader)
-	ParentStartTime uint64
-	CgroupID        uint64 // cgroup v2 id read when the event happened
-	Comm            string
-	Filename        string             // Exec only: the path passed to execve
-	Status          syscall.WaitStatus // Exit only: the wait status
-	Root            bool               // the process registered as the run's root
-}
-
-// ExitCode returns the exit code of an Exit event, or -1 if the process was
-// killed by a signal.
-func (e Event) ExitCode() int {
-	return e.Status.ExitStatus()
-}
+// Event is one fork, exec or exit of an attributed process; see [event.Event].
+type Event = event.Event
 
 // Sentinel errors.
 var (

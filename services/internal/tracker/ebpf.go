@@ -11,7 +11,7 @@ import (
 	"sync"
 	"time"
 
-	"github.com/allox-os/allox/services/internal/proctree"
+	"github.com/allox-os/allox/services/internal/proctree/event"
 	"github.com/allox-os/allox/services/internal/tracked"
 )
 
@@ -37,9 +37,19 @@ type Event struct {
 	Root            bool      `json:"root,omitempty"`
 }
 
+// Collector is what the ebpf source needs from the eBPF process-tree
+// provider (*proctree.Collector). It is an interface so that this package,
+// and a daemon built without the provider, do not link the BPF loader.
+type Collector interface {
+	Register(runID uint64, pid int) error
+	Events() <-chan event.Event
+	Drops() (uint64, error)
+	Close() error
+}
+
 // ebpfSource records the collector's events per run.
 type ebpfSource struct {
-	col  *proctree.Collector
+	col  Collector
 	dir  string
 	proc string
 	done chan struct{}
@@ -60,7 +70,7 @@ type ebpfSource struct {
 //
 // The observer (a later plugin) and this provider are mutually exclusive;
 // nothing checks that yet, since the observer does not exist.
-func NewEBPF(runs *tracked.Manager, col *proctree.Collector, dir string) (*Tracker, error) {
+func NewEBPF(runs *tracked.Manager, col Collector, dir string) (*Tracker, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("process records: %w", err)
 	}
@@ -104,7 +114,7 @@ func (s *ebpfSource) record() {
 	for ev := range s.col.Events() {
 		batch := map[string][]byte{}
 		var order []string
-		add := func(ev proctree.Event) {
+		add := func(ev event.Event) {
 			rec, ok := s.convert(ev)
 			if !ok {
 				return
@@ -143,7 +153,7 @@ func (s *ebpfSource) record() {
 
 // convert turns a collector event into a record, counting it against its
 // run's bound. ok is false for events of unknown runs or full records.
-func (s *ebpfSource) convert(ev proctree.Event) (Event, bool) {
+func (s *ebpfSource) convert(ev event.Event) (Event, bool) {
 	s.mu.Lock()
 	runID, ok := s.ids[ev.RunID]
 	if ok && s.counts[runID] >= maxRunEvents {
@@ -160,10 +170,10 @@ func (s *ebpfSource) convert(ev proctree.Event) (Event, bool) {
 	rec := Event{Kind: ev.Kind.String(), RunID: runID, Time: time.Now().UTC(), PID: ev.TGID, PPID: ev.PPID,
 		StartTime: ev.StartTime, ParentStartTime: ev.ParentStartTime, Comm: ev.Comm, Root: ev.Root}
 	switch ev.Kind {
-	case proctree.Exec:
+	case event.Exec:
 		rec.Filename = ev.Filename
 		rec.Argv, _ = argvOf(s.proc, ev.TGID)
-	case proctree.Exit:
+	case event.Exit:
 		code := ev.ExitCode()
 		rec.ExitCode = &code
 		if ev.Status.Signaled() {

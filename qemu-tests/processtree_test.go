@@ -1,0 +1,163 @@
+package qemutests
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/allox-os/allox/internal/marker"
+	"github.com/allox-os/allox/internal/rpc"
+	"github.com/allox-os/allox/qemu-tests/internal/vm"
+)
+
+// processTreeOut is the subdirectory of outDir() that `make image` builds from
+// testdata/process-tree.hcl: the appliance with the eBPF process-tree provider installed and enabled.
+const processTreeOut = "process-tree"
+
+// processEvent and processTree are the parts of the process.events and process.tree answers that
+// the test reads.
+type processEvent struct {
+	Kind     string `json:"kind"`
+	RunID    string `json:"run_id"`
+	PID      int    `json:"pid"`
+	Comm     string `json:"comm"`
+	Filename string `json:"filename"`
+	ExitCode *int   `json:"exit_code"`
+}
+
+type processTree struct {
+	Source    string  `json:"source"`
+	Complete  bool    `json:"complete"`
+	Drops     *uint64 `json:"drops"`
+	Processes []struct {
+		PID      int    `json:"pid"`
+		Exe      string `json:"exe"`
+		State    string `json:"state"`
+		ExitCode *int   `json:"exit_code"`
+	} `json:"processes"`
+}
+
+// TestProcessTreeInGuest boots the appliance whose daemon has the eBPF process-tree provider
+// (plugins = ["process-tree"], --process-tree-provider ebpf) and checks, on the guest's own kernel,
+// that a run's exec and exit events are recorded with their exit codes and that nothing was lost.
+// A kernel that lacks what the provider needs makes the daemon refuse to start: that is a failure.
+func TestProcessTreeInGuest(t *testing.T) {
+	a := needApplianceIn(t, imageMode, filepath.Join(outDir(), processTreeOut))
+	ctx := testContext(t, 2*bootBudget)
+	b := a.boot(ctx, t, imageMode, blankDisk(t))
+	b.waitProviderReady(ctx, t)
+
+	call := func(action string, params map[string]any, res any) {
+		t.Helper()
+		if err := b.rpc.Call(ctx, action, params, res); err != nil {
+			t.Fatalf("%s %v: %v", action, params, err)
+		}
+	}
+	ids := map[string]any{"agent_id": "agent-a", "session_id": "session-1"}
+	call(rpc.ActionAgentCreate, map[string]any{"agent_id": "agent-a"}, nil)
+	call(rpc.ActionSessionCreate, ids, nil)
+	var r rpc.Run
+	call(rpc.ActionProcessStart, map[string]any{"agent_id": "agent-a", "session_id": "session-1",
+		"argv": []string{"/bin/sh", "-c", `(sleep 1 &) ; sh -c "exit 7"; exit 3`}}, &r)
+	call(rpc.ActionProcessWait, map[string]any{"run_id": r.RunID}, &r)
+	if r.ExitCode == nil || *r.ExitCode != 3 {
+		t.Fatalf("run ended %+v, want exit code 3", r)
+	}
+
+	// The records trail the run by the ring buffer's poll interval: wait for both exit codes.
+	var page struct {
+		Source string         `json:"source"`
+		Events []processEvent `json:"events"`
+	}
+	for {
+		call(rpc.ActionProcessEvents, map[string]any{"agent_id": "agent-a", "session_id": "session-1",
+			"run_id": r.RunID, "limit": 10000}, &page)
+		if hasExit(page.Events, 7) && hasExit(page.Events, 3) {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("process.events (source %q) lacks the exits with codes 7 and 3:\n%s", page.Source, dumpGuestEvents(page.Events))
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	t.Logf("events:\n%s", dumpGuestEvents(page.Events))
+	if page.Source != "ebpf" {
+		t.Errorf("process.events source %q, want ebpf", page.Source)
+	}
+	kinds := map[string]int{}
+	for _, e := range page.Events {
+		kinds[e.Kind]++
+		if e.RunID != r.RunID {
+			t.Errorf("event of another run: %+v", e)
+		}
+	}
+	if kinds["exec"] == 0 || kinds["exit"] == 0 {
+		t.Errorf("events by kind %v, want exec and exit", kinds)
+	}
+
+	var tree processTree
+	call(rpc.ActionProcessTree, map[string]any{"agent_id": "agent-a", "session_id": "session-1", "run_id": r.RunID}, &tree)
+	if tree.Source != "ebpf" || tree.Drops == nil || *tree.Drops != 0 {
+		t.Errorf("process.tree source %q drops %v, want ebpf with 0 drops", tree.Source, tree.Drops)
+	}
+	b.powerOff(context.WithoutCancel(ctx), t)
+}
+
+// waitProviderReady waits until the daemon is ready. A daemon that could not load the eBPF
+// process-tree provider refuses to start, so the ready marker never comes: the test fails as soon
+// as the daemon's own error (which names --process-tree-provider=ebpf) reaches the console, quoting it.
+func (b *booted) waitProviderReady(ctx context.Context, tb testing.TB) {
+	tb.Helper()
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	refused := make(chan vm.Line, 1)
+	go func() {
+		if l, err := b.WaitForLine(ctx, "--process-tree-provider=ebpf"); err == nil {
+			refused <- l
+			cancel()
+		}
+	}()
+	fail := func(err error) {
+		tb.Helper()
+		select {
+		case l := <-refused:
+			tb.Fatalf("the eBPF process-tree provider did not load in the guest, so the daemon refused to start: %s", l.Text)
+		default:
+			tb.Fatalf("%v (the console shows no process-tree provider error)", err)
+		}
+	}
+	if _, err := b.WaitForLine(ctx, marker.BootDone); err != nil {
+		fail(err)
+	}
+	for _, s := range b.app.info.ReadyServices {
+		if _, err := b.WaitForLine(ctx, marker.Ready(s)); err != nil {
+			fail(err)
+		}
+	}
+}
+
+func hasExit(evs []processEvent, code int) bool {
+	for _, e := range evs {
+		if e.Kind == "exit" && e.ExitCode != nil && *e.ExitCode == code {
+			return true
+		}
+	}
+	return false
+}
+
+func dumpGuestEvents(evs []processEvent) string {
+	var b strings.Builder
+	for _, e := range evs {
+		code := "-"
+		if e.ExitCode != nil {
+			code = strconv.Itoa(*e.ExitCode)
+		}
+		fmt.Fprintf(&b, "  %-4s pid %d comm %q filename %q exit %s\n", e.Kind, e.PID, e.Comm, e.Filename, code)
+	}
+	return b.String()
+}
