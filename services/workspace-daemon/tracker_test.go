@@ -20,6 +20,11 @@ func TestProcessTrackerEBPF(t *testing.T) {
 	mustPost(t, url, `{"action":"agent.create","params":{"agent_id":"a"}}`)
 	mustPost(t, url, `{"action":"session.create","params":{"agent_id":"a","session_id":"s"}}`)
 
+	// A run of another session, alive while this session's run forks and execs.
+	mustPost(t, url, `{"action":"session.create","params":{"agent_id":"a","session_id":"other"}}`)
+	var otherRun rpc.Run
+	must(t, json.Unmarshal(mustPost(t, url, `{"action":"process.start","params":{"agent_id":"a","session_id":"other","argv":["/bin/sh","-c","sleep 0.5; exit 5"]}}`), &otherRun))
+
 	// A process started outside the daemon, alive while the run forks and execs.
 	outside := exec.Command("/bin/sh", "-c", "sleep 0.5; exit 9")
 	must(t, outside.Start())
@@ -61,6 +66,26 @@ func TestProcessTrackerEBPF(t *testing.T) {
 	}
 	if kinds["fork"] == 0 || kinds["exec"] == 0 || kinds["exit"] == 0 {
 		t.Errorf("events by kind %v, want fork, exec and exit", kinds)
+	}
+
+	// The session's history (no run_id) holds only its own run: the other session's never appears
+	// there, and is recorded under its own session.
+	mustPost(t, url, `{"action":"process.wait","params":{"run_id":"`+otherRun.RunID+`"}}`)
+	var sessionPage tracker.Page
+	must(t, json.Unmarshal(mustPost(t, url, `{"action":"process.events","params":{"agent_id":"a","session_id":"s","limit":10000}}`), &sessionPage))
+	for _, e := range sessionPage.Events {
+		if e.RunID != r.RunID {
+			t.Errorf("session s lists an event of run %s: %+v", e.RunID, e)
+		}
+	}
+	var otherPage tracker.Page
+	deadline = time.Now().Add(10 * time.Second)
+	for !slices.ContainsFunc(otherPage.Events, func(e tracker.Event) bool { return e.ExitCode != nil && *e.ExitCode == 5 }) {
+		if time.Now().After(deadline) {
+			t.Fatalf("the other session's exit 5 was never recorded under it:\n%s", dumpEvents(otherPage.Events))
+		}
+		time.Sleep(20 * time.Millisecond)
+		must(t, json.Unmarshal(mustPost(t, url, `{"action":"process.events","params":{"agent_id":"a","session_id":"other","limit":10000}}`), &otherPage))
 	}
 
 	// Paging: two events from offset 1 are events 1 and 2.
