@@ -105,6 +105,42 @@ func TestProcessTreeInGuest(t *testing.T) {
 	if tree.Source != "ebpf" || tree.Drops == nil || *tree.Drops != 0 {
 		t.Errorf("process.tree source %q drops %v, want ebpf with 0 drops", tree.Source, tree.Drops)
 	}
+
+	// Lineage on the guest's kernel: a daemonized (double-forked) child, setsid, an exec chain, and a
+	// burst of 1,000 short processes, all attributed to the run, with their exit codes, losing nothing.
+	const burst = 1000
+	script := fmt.Sprintf(`(sh -c 'sleep 0.2; exit 11' &) ; setsid sh -c 'exit 12'; env sh -c 'exit 13'; `+
+		`i=0; while [ $i -lt %d ]; do /bin/true; i=$((i+1)); done; exit 0`, burst)
+	var r2 rpc.Run
+	call(rpc.ActionProcessStart, map[string]any{"agent_id": "agent-a", "session_id": "session-1", "argv": []string{"/bin/sh", "-c", script}}, &r2)
+	call(rpc.ActionProcessWait, map[string]any{"run_id": r2.RunID}, &r2)
+	if r2.ExitCode == nil || *r2.ExitCode != 0 {
+		t.Fatalf("lineage run ended %+v", r2)
+	}
+	trues := 0
+	for {
+		call(rpc.ActionProcessEvents, map[string]any{"agent_id": "agent-a", "session_id": "session-1",
+			"run_id": r2.RunID, "limit": 10000}, &page)
+		trues = 0
+		for _, e := range page.Events {
+			if e.Kind == "exec" && e.Filename == "/bin/true" {
+				trues++
+			}
+		}
+		if hasExit(page.Events, 11) && hasExit(page.Events, 12) && hasExit(page.Events, 13) && trues == burst {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			t.Fatalf("lineage run: exits 11/12/13 %v/%v/%v, %d of %d /bin/true execs recorded", hasExit(page.Events, 11),
+				hasExit(page.Events, 12), hasExit(page.Events, 13), trues, burst)
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+	call(rpc.ActionProcessTree, map[string]any{"agent_id": "agent-a", "session_id": "session-1", "run_id": r2.RunID}, &tree)
+	if tree.Drops == nil || *tree.Drops != 0 {
+		t.Errorf("after the burst: drops %v, want 0", tree.Drops)
+	}
 	b.powerOff(context.WithoutCancel(ctx), t)
 }
 
