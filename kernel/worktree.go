@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"github.com/allox-os/allox/internal/atomicfile"
 	"hash"
 	"io"
 	"os"
@@ -245,11 +246,7 @@ func atomicWrite(p string, data []byte) error {
 	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
 		return err
 	}
-	tmp := p + ".tmp"
-	if err := os.WriteFile(tmp, data, 0o644); err != nil {
-		return err
-	}
-	return os.Rename(tmp, p)
+	return atomicfile.Write(p, data, 0o644)
 }
 
 func sortedCopy(s []string) []string {

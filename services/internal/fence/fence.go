@@ -8,6 +8,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/allox-os/allox/internal/atomicfile"
 	"os"
 	"path/filepath"
 	"sort"
@@ -120,7 +121,7 @@ func (r *Registry) Check(agent, session string) error {
 	return nil
 }
 
-// save writes the fences atomically (temporary file, fsync, rename). Callers hold mu.
+// save writes the fences atomically. Callers hold mu.
 func (r *Registry) save() error {
 	list := make([]Fence, 0, len(r.fences))
 	for _, f := range r.fences {
@@ -136,20 +137,5 @@ func (r *Registry) save() error {
 	if err := os.MkdirAll(filepath.Dir(r.path), 0o700); err != nil {
 		return err
 	}
-	tmp := r.path + ".tmp"
-	f, err := os.OpenFile(tmp, os.O_CREATE|os.O_TRUNC|os.O_WRONLY, 0o600)
-	if err != nil {
-		return err
-	}
-	_, err = f.Write(data)
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		return fmt.Errorf("write fences: %w", err)
-	}
-	return os.Rename(tmp, r.path)
+	return atomicfile.Write(r.path, data, 0o600)
 }

@@ -56,8 +56,8 @@ func TestFenceWriteFailureChangesNothing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// A directory where the temporary file must go makes the write fail.
-	if err := os.Mkdir(filepath.Join(dir, "fences.json.tmp"), 0o700); err != nil {
+	// A directory where fences.json must go makes the write fail.
+	if err := os.Mkdir(filepath.Join(dir, "fences.json"), 0o700); err != nil {
 		t.Fatal(err)
 	}
 	if err := r.Fence("a", "s", "x", ""); err == nil {

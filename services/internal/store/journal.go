@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/allox-os/allox/internal/atomicfile"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -59,7 +60,7 @@ func (s *Store) journalSave(t *txn) error {
 	if err != nil {
 		return err
 	}
-	return writeAtomic(filepath.Join(s.stateDir, journalDir), t.ID+".json", b)
+	return atomicfile.Write(filepath.Join(s.stateDir, journalDir, t.ID+".json"), b, 0o600)
 }
 
 // journalRemove ends a transaction. The removal is not fsynced: replaying a finished

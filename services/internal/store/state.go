@@ -74,40 +74,6 @@ func (ix *index) session(agentID, sessionID string) *sessionRec {
 	return nil
 }
 
-// writeAtomic replaces dir/name with data: write a temporary file, fsync it, rename it over the
-// old one, fsync the directory. A crash leaves the old content or the new.
-func writeAtomic(dir, name string, data []byte) error {
-	f, err := os.CreateTemp(dir, "."+name+".tmp-*")
-	if err != nil {
-		return err
-	}
-	tmp := f.Name()
-	_, err = f.Write(data)
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp, filepath.Join(dir, name))
-	}
-	if err != nil {
-		os.Remove(tmp)
-		return fmt.Errorf("write %s: %w", name, err)
-	}
-	return syncDir(dir)
-}
-
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
-}
-
 func jsonIndent(v any) ([]byte, error) { return json.MarshalIndent(v, "", "\t") }
 
 func mkdirState(stateDir string) error {

@@ -2,6 +2,7 @@ package store
 
 import (
 	"fmt"
+	"github.com/allox-os/allox/internal/atomicfile"
 	"os"
 	"path/filepath"
 	"sync"
@@ -116,7 +117,7 @@ func (s *Store) update(fn func(ix *index) error) error {
 	}
 	b, err := jsonIndent(next)
 	if err == nil {
-		err = writeAtomic(s.stateDir, indexFile, b)
+		err = atomicfile.Write(filepath.Join(s.stateDir, indexFile), b, 0o600)
 	}
 	if err != nil {
 		return fmt.Errorf("save index: %w", err)

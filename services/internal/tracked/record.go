@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/allox-os/allox/internal/atomicfile"
 	"io"
 	"os"
 	"path/filepath"
@@ -20,11 +21,7 @@ func writeStatus(dir string, st *Status) error {
 	if err != nil {
 		return err
 	}
-	tmp := filepath.Join(dir, statusFile+".tmp")
-	if err := os.WriteFile(tmp, append(b, '\n'), 0o600); err != nil {
-		return err
-	}
-	return os.Rename(tmp, filepath.Join(dir, statusFile))
+	return atomicfile.Write(filepath.Join(dir, statusFile), append(b, '\n'), 0o600)
 }
 
 // loadStatuses reads every run record under recordsDir, sorted by run id.

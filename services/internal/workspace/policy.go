@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/allox-os/allox/internal/atomicfile"
 	"os"
 	"path/filepath"
 	"sync"
@@ -90,11 +91,7 @@ func (p *Policy) update(change func(*policyState)) error {
 	if err := os.MkdirAll(filepath.Dir(p.path), 0o700); err != nil {
 		return err
 	}
-	tmp := p.path + ".tmp"
-	if err := os.WriteFile(tmp, data, 0o600); err != nil {
-		return fmt.Errorf("write turn policy: %w", err)
-	}
-	if err := os.Rename(tmp, p.path); err != nil {
+	if err := atomicfile.Write(p.path, data, 0o600); err != nil {
 		return fmt.Errorf("write turn policy: %w", err)
 	}
 	p.st = next
