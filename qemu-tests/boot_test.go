@@ -18,24 +18,19 @@ import (
 // vm.TimeoutScale() times as much. The TCG boot of the Debian baseline takes about 15 s here.
 const bootBudget = 90 * time.Second
 
-func TestBootImageMode(t *testing.T) {
-	a := needAppliance(t, imageMode)
-	ctx := testContext(t, bootBudget)
-	b := a.boot(ctx, t, imageMode, blankDisk(t))
-	ready := b.waitReady(ctx, t)
-	t.Logf("image mode ready %.3fs after QEMU start", ready.At.Seconds())
-	b.checkSystemInfo(ctx, t)
-	b.checkKernelConfig(ctx, t)
-	b.checkTokenRequired(ctx, t)
-	b.powerOff(ctx, t)
-}
+func TestBootImageMode(t *testing.T) { bootAndCheck(t, imageMode) }
 
-func TestBootInitrdMode(t *testing.T) {
-	a := needAppliance(t, initrdMode)
+// The workspace disk is /dev/vda in initrd mode: there is no rootfs disk.
+func TestBootInitrdMode(t *testing.T) { bootAndCheck(t, initrdMode) }
+
+// bootAndCheck boots the appliance in mode m on a blank workspace disk and checks what the spine
+// promises: readiness, system.info, every requested kernel option live, the token, a clean power-off.
+func bootAndCheck(t *testing.T, m mode) {
+	a := needAppliance(t, m)
 	ctx := testContext(t, bootBudget)
-	b := a.boot(ctx, t, initrdMode, blankDisk(t)) // the workspace disk is /dev/vda here
+	b := a.boot(ctx, t, m, blankDisk(t))
 	ready := b.waitReady(ctx, t)
-	t.Logf("initrd mode ready %.3fs after QEMU start", ready.At.Seconds())
+	t.Logf("%s mode ready %.3fs after QEMU start", m, ready.At.Seconds())
 	b.checkSystemInfo(ctx, t)
 	b.checkKernelConfig(ctx, t)
 	b.checkTokenRequired(ctx, t)

@@ -46,6 +46,7 @@ type state struct {
 	userland string
 	packages []rootfs.Package
 	tree     *initramfs.Tree
+	memMiB   int // guest memory for initrd mode, from the staged tree
 	prov     *Provenance
 }
 

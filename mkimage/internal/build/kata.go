@@ -9,6 +9,7 @@ import (
 	"strconv"
 
 	"github.com/allox-os/allox/deploy/kata"
+	"github.com/allox-os/allox/initramfs"
 	"github.com/allox-os/allox/internal/artifact"
 	"github.com/allox-os/allox/mkimage/internal/spec"
 )
@@ -50,10 +51,17 @@ func writeKata(ctx context.Context, s *state) error {
 }
 
 // memoryMiB is the guest memory initrd mode needs: the unpacked rootfs lives in RAM, plus room for
-// the kernel, the page cache and the services.
+// the kernel, the page cache and the services. It is computed once per build.
 func (s *state) memoryMiB() int {
+	if s.memMiB == 0 {
+		s.memMiB = treeMemoryMiB(s.tree)
+	}
+	return s.memMiB
+}
+
+func treeMemoryMiB(tree *initramfs.Tree) int {
 	var bytes int64
-	for _, e := range s.tree.Entries() {
+	for _, e := range tree.Entries() {
 		switch {
 		case e.Data != nil:
 			bytes += int64(len(e.Data))

@@ -3,6 +3,7 @@ package spec
 import (
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 
 	"github.com/allox-os/allox/internal/manifest"
@@ -129,5 +130,19 @@ func TestProcessTreeSpec(t *testing.T) {
 	}
 	if got := PluginTag("process-tree"); got != "allox_process_tree" {
 		t.Errorf("PluginTag(process-tree) = %q", got)
+	}
+	// The test image is a hand copy: everything but the daemon's plugins and tracker flags, the spec
+	// file and the output directory must stay as in images/allox.hcl, or the guest test would be
+	// testing a different appliance.
+	want := []string{"--process-tracker", "--process-tree-provider", "ebpf"}
+	if got := pt.Services[0].Command; len(got) < len(want) || !slices.Equal(got[len(got)-len(want):], want) {
+		t.Errorf("process-tree.hcl daemon command %q must end with %q", got, want)
+	} else {
+		pt.Services[0].Command = got[:len(got)-len(want)]
+	}
+	pt.Services[0].Plugins = def.Services[0].Plugins
+	pt.File, pt.Output = def.File, def.Output
+	if diff := cmp.Diff(def, pt); diff != "" {
+		t.Errorf("process-tree.hcl drifted from images/allox.hcl beyond the provider (-default +process-tree):\n%s", diff)
 	}
 }
