@@ -104,6 +104,32 @@ func (c *cgroups) killWait(ctx context.Context, group string) error {
 	return nil
 }
 
+// freeze sets cgroup.freeze and waits until cgroup.events reports the new state (at once for an
+// empty group), or ctx is done.
+func (c *cgroups) freeze(ctx context.Context, group string, frozen bool) error {
+	v, want := "0", "frozen 0"
+	if frozen {
+		v, want = "1", "frozen 1"
+	}
+	if err := os.WriteFile(filepath.Join(c.path(group), "cgroup.freeze"), []byte(v), 0); err != nil {
+		return fmt.Errorf("cgroup.freeze %s: %w", group, err)
+	}
+	for {
+		b, err := os.ReadFile(filepath.Join(c.path(group), "cgroup.events"))
+		if err != nil {
+			return fmt.Errorf("cgroup.events %s: %w", group, err)
+		}
+		if strings.Contains(string(b), want) {
+			return nil
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("cgroup %s: %q not reached: %w", group, want, ctx.Err())
+		case <-time.After(time.Millisecond):
+		}
+	}
+}
+
 // remove deletes an empty group (ignoring a group that is already gone).
 func (c *cgroups) remove(group string) error {
 	err := os.Remove(c.path(group))

@@ -62,6 +62,11 @@ func (m *Manager) Start(ctx context.Context, req StartRequest) (*Status, error) 
 		_ = os.RemoveAll(dir)
 		return nil, fmt.Errorf("%w: %w", ErrSandbox, err)
 	}
+	if err := m.beginObserver(req.Observer, cmd, r); err != nil {
+		release.Close()
+		_ = os.RemoveAll(dir)
+		return nil, fmt.Errorf("%w: %w", ErrSandbox, err)
+	}
 	release.Close() // EOF on the block fd: bwrap runs the command
 	m.mu.Lock()
 	m.runs[id] = r
@@ -97,6 +102,61 @@ func (m *Manager) passGate(id string, cmd *exec.Cmd, group string) error {
 		killErr = m.cg.remove(group)
 	}
 	return errors.Join(fmt.Errorf("run gate: %w", gateErr), killErr)
+}
+
+// beginObserver freezes the run's group (bwrap is still waiting on its block fd), lets the observer
+// take its first look, and thaws the group. Any failure kills the group before the command ran.
+func (m *Manager) beginObserver(o Observer, cmd *exec.Cmd, r *run) error {
+	if o == nil {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), killGrace)
+	err := m.cg.freeze(ctx, r.group, true)
+	cancel()
+	if err == nil {
+		m.mu.Lock()
+		st := r.st.clone()
+		m.mu.Unlock()
+		if err = o.Begin(st); err != nil {
+			err = fmt.Errorf("observer: %w", err)
+		}
+	}
+	if err == nil {
+		ctx, cancel := context.WithTimeout(context.Background(), killGrace)
+		err = m.cg.freeze(ctx, r.group, false)
+		cancel()
+	}
+	if err == nil {
+		return nil
+	}
+	ctx, cancel = context.WithTimeout(context.Background(), killGrace)
+	defer cancel()
+	killErr := m.cg.killWait(ctx, r.group) // cgroup.kill also ends frozen tasks
+	_ = cmd.Wait()
+	closeOutput(cmd)
+	if killErr == nil {
+		killErr = m.cg.remove(r.group)
+	}
+	return errors.Join(err, killErr)
+}
+
+// endObserver freezes the empty group and lets the observer take its last look. killErr is the
+// failure to empty the group, if any; the observer is told either way.
+func endObserver(o Observer, c *cgroups, group string, st *Status, killErr error) {
+	if o == nil {
+		return
+	}
+	quiesce := killErr
+	if quiesce == nil {
+		ctx, cancel := context.WithTimeout(context.Background(), killGrace)
+		quiesce = c.freeze(ctx, group, true)
+		cancel()
+	}
+	effects, err := o.End(st.clone(), quiesce)
+	st.Effects = effects
+	if err != nil {
+		st.Reason = joinReason(st.Reason, "observer: "+err.Error())
+	}
 }
 
 // closeOutput closes the output files of a command that will not be supervised.
@@ -176,9 +236,6 @@ func (m *Manager) supervise(cmd *exec.Cmd, r *run, dir string, req StartRequest)
 	ctx, cancel := context.WithTimeout(context.Background(), killGrace)
 	killErr := m.cg.killWait(ctx, r.group)
 	cancel()
-	if killErr == nil {
-		killErr = m.cg.remove(r.group)
-	}
 
 	m.mu.Lock()
 	st := r.st.clone()
@@ -190,6 +247,10 @@ func (m *Manager) supervise(cmd *exec.Cmd, r *run, dir string, req StartRequest)
 		if err := syncTmp(filepath.Join(dir, "tmp"), req.Workspace.Current); err != nil {
 			st.Reason = joinReason(st.Reason, "tmp sync: "+err.Error())
 		}
+	}
+	endObserver(req.Observer, m.cg, r.group, st, killErr)
+	if killErr == nil {
+		killErr = m.cg.remove(r.group)
 	}
 	if killErr != nil {
 		st.Reason = joinReason(st.Reason, killErr.Error())

@@ -33,6 +33,7 @@
 package tracked
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"time"
@@ -86,6 +87,24 @@ type StartRequest struct {
 	Cwd       string // relative to Workspace.Current; must stay inside
 	Stdin     []byte
 	Timeout   time.Duration // 0 = none
+	// Observer, if set, watches this run from before its command starts until after its last
+	// process has exited (the system-effects observer).
+	Observer Observer
+}
+
+// Observer watches one run. Both calls happen while the run's cgroup is frozen: Begin with bwrap
+// waiting on its block fd (after the gate), End once every process of the run has exited and the
+// group is empty but still in place.
+type Observer interface {
+	// Begin is called before the command is released. An error fails the start closed, like a
+	// gate error: the run's cgroup is killed and Start returns ErrSandbox.
+	Begin(st *Status) error
+	// End is called after the last process of the run has exited and its private /tmp has been
+	// synced into the workspace, before its cgroup is removed. quiesce is non-nil when the group
+	// could not be emptied or frozen: the observer must then treat the run as a fault. End
+	// returns what the run record carries as "effects"; an error is recorded in the run's reason
+	// (the observer itself is responsible for fencing).
+	End(st *Status, quiesce error) (json.RawMessage, error)
 }
 
 // Gate is called once per run after bwrap has started (pid is bwrap's pid in
@@ -108,11 +127,14 @@ type Status struct {
 	Pid       int       `json:"pid,omitempty"`
 	Cgroup    string    `json:"cgroup"`
 	Reason    string    `json:"reason,omitempty"`
+	// Effects is the observer's report on the run (verdict, evidence path), when one watched it.
+	Effects json.RawMessage `json:"effects,omitempty"`
 }
 
 func (s *Status) clone() *Status {
 	c := *s
 	c.Argv = append([]string(nil), s.Argv...)
+	c.Effects = append(json.RawMessage(nil), s.Effects...)
 	return &c
 }
 

@@ -1,0 +1,107 @@
+package tracked
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// testObserver records what the run's cgroup looked like at each call.
+type testObserver struct {
+	t                    *testing.T
+	dir                  func(st *Status) string
+	marker               string
+	beginEvents, endProc string
+	endEvents            string
+	quiesce              error
+	beginErr             error
+	begun, ended         int
+}
+
+func (o *testObserver) Begin(st *Status) error {
+	o.begun++
+	if _, err := os.Stat(o.marker); !errors.Is(err, os.ErrNotExist) {
+		o.t.Errorf("the command ran before the observer's Begin: %v", err)
+	}
+	b, _ := os.ReadFile(filepath.Join(o.dir(st), "cgroup.events"))
+	o.beginEvents = string(b)
+	return o.beginErr
+}
+
+func (o *testObserver) End(st *Status, quiesce error) (json.RawMessage, error) {
+	o.ended++
+	o.quiesce = quiesce
+	if _, err := os.Stat(o.marker); err != nil {
+		o.t.Errorf("End before the command's effect was visible: %v", err)
+	}
+	b, _ := os.ReadFile(filepath.Join(o.dir(st), "cgroup.events"))
+	o.endEvents = string(b)
+	p, _ := os.ReadFile(filepath.Join(o.dir(st), "cgroup.procs"))
+	o.endProc = string(p)
+	return json.RawMessage(`{"verdict":"CONSISTENT"}`), nil
+}
+
+// TestObserverSeesFrozenBoundaries checks the observer's two looks: before the command runs, with
+// bwrap frozen in the run's group, and after the whole tree (a background child included) has
+// exited, with the group empty, frozen and still there; its report lands in the run record.
+func TestObserverSeesFrozenBoundaries(t *testing.T) {
+	e := newEnv(t, nil)
+	o := &testObserver{t: t, marker: filepath.Join(e.ws.Current, "ran"),
+		dir: func(st *Status) string { return e.m.CgroupDir("a", "s1", st.RunID) }}
+	req := e.req("s1", "/bin/sh", "-c", "touch ran; sleep 30 & exit 0")
+	req.Observer = o
+	st := e.run(t, req)
+	if o.begun != 1 || o.ended != 1 {
+		t.Fatalf("Begin called %d times, End %d times; want once each", o.begun, o.ended)
+	}
+	if !strings.Contains(o.beginEvents, "populated 1") || !strings.Contains(o.beginEvents, "frozen 1") {
+		t.Errorf("at Begin cgroup.events = %q, want the group populated (bwrap) and frozen", o.beginEvents)
+	}
+	if !strings.Contains(o.endEvents, "populated 0") || !strings.Contains(o.endEvents, "frozen 1") || o.endProc != "" {
+		t.Errorf("at End cgroup.events = %q, procs %q; want the group empty and frozen", o.endEvents, o.endProc)
+	}
+	if o.quiesce != nil {
+		t.Errorf("End told of a quiesce failure: %v", o.quiesce)
+	}
+	if st.State != StateExited || string(st.Effects) != `{"verdict":"CONSISTENT"}` {
+		t.Errorf("status = %+v effects %s, want exited with the observer's report", st, st.Effects)
+	}
+	got, err := e.m.Get(st.RunID)
+	if err != nil || string(got.Effects) != `{"verdict":"CONSISTENT"}` {
+		t.Errorf("Get = %+v, %v; want the observer's report kept in the record", got, err)
+	}
+	if _, err := os.Stat(o.dir(st)); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the frozen run group was not removed after End: %v", err)
+	}
+}
+
+// TestObserverBeginFailsClosed checks that an observer that cannot take its first look fails the
+// start: the command never runs and the group is gone.
+func TestObserverBeginFailsClosed(t *testing.T) {
+	e := newEnv(t, nil)
+	boom := errors.New("capture A failed")
+	o := &testObserver{t: t, marker: filepath.Join(e.ws.Current, "ran"), beginErr: boom,
+		dir: func(st *Status) string { return e.m.CgroupDir("a", "s1", st.RunID) }}
+	req := e.req("s1", "/bin/sh", "-c", "touch ran")
+	req.Observer = o
+	_, err := e.m.Start(context.Background(), req)
+	if !errors.Is(err, ErrSandbox) || !errors.Is(err, boom) {
+		t.Fatalf("Start = %v, want ErrSandbox wrapping the observer's error", err)
+	}
+	if _, err := os.Stat(o.marker); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the command ran although Begin failed: %v", err)
+	}
+	if o.ended != 0 {
+		t.Errorf("End called %d times for a run that never started", o.ended)
+	}
+	entries, _ := os.ReadDir(filepath.Dir(e.m.CgroupDir("a", "s1", "x")))
+	for _, d := range entries {
+		if d.IsDir() {
+			t.Errorf("run group %s left behind", d.Name())
+		}
+	}
+}
