@@ -32,6 +32,8 @@ func (s *Store) CreateAgent(id string) (*Agent, error) {
 	if err := checkID(op, "agent_id", id); err != nil {
 		return nil, err
 	}
+	s.ops.RLock()
+	defer s.ops.RUnlock()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.ix.Agents[id] != nil {
@@ -55,6 +57,8 @@ func (s *Store) GetAgent(id string) (*Agent, error) {
 	if err := checkID("agent.get", "agent_id", id); err != nil {
 		return nil, err
 	}
+	s.ops.RLock()
+	defer s.ops.RUnlock()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	r := s.ix.Agents[id]

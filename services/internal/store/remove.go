@@ -92,6 +92,8 @@ func openSubvolCheck(dirfd int, name string) (bool, error) {
 
 // Pin sets or clears a checkpoint's pin. Pinned checkpoints refuse deletion.
 func (s *Store) Pin(agentID, sessionID, id string, pinned bool) error {
+	s.ops.RLock()
+	defer s.ops.RUnlock()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if _, _, err := s.findCheckpoint("checkpoint.pin", agentID, sessionID, id); err != nil {

@@ -1,6 +1,7 @@
 package store
 
 import (
+	"errors"
 	"fmt"
 	"github.com/allox-os/allox/internal/atomicfile"
 	"os"
@@ -18,6 +19,9 @@ type Store struct {
 	stateDir string
 	lock     *os.File // flock on stateDir/.lock
 
+	// ops is held shared by every operation that changes the store and exclusively by Handover.
+	ops      sync.RWMutex
+	lost     error // set when Handover could not take the state lock back
 	mu       sync.Mutex
 	ix       *index
 	sessions map[string]*sync.Mutex // per-session operation locks
@@ -129,6 +133,7 @@ func (s *Store) update(fn func(ix *index) error) error {
 // lockSession serialises operations on one session. It refuses a session whose failed
 // transaction is still in the journal: only recovery at the next Open may touch it.
 func (s *Store) lockSession(op, agentID, sessionID string) (unlock func(), err error) {
+	s.ops.RLock()
 	s.mu.Lock()
 	k := agentID + "/" + sessionID
 	m := s.sessions[k]
@@ -139,14 +144,54 @@ func (s *Store) lockSession(op, agentID, sessionID string) (unlock func(), err e
 	s.mu.Unlock()
 	m.Lock()
 	s.mu.Lock()
-	txn := s.pending[k]
+	txn, lost := s.pending[k], s.lost
 	s.mu.Unlock()
+	if lost != nil {
+		m.Unlock()
+		s.ops.RUnlock()
+		return nil, &Error{Op: op, Field: "session_id", ID: sessionID, Err: ErrConflict, Hint: lost.Error()}
+	}
 	if txn != "" {
 		m.Unlock()
+		s.ops.RUnlock()
 		return nil, &Error{Op: op, Field: "session_id", ID: sessionID, Err: ErrConflict,
 			Hint: "transaction " + txn + " on this session failed and awaits recovery; restart the daemon"}
 	}
-	return m.Unlock, nil
+	return func() { m.Unlock(); s.ops.RUnlock() }, nil
+}
+
+// Handover lends the store to another process for the duration of fn: it waits until no
+// operation is in flight and holds every new one back, releases the state lock so that the other
+// process can Open the same root and state (the hash-pinned recover binary runs its journaled
+// rollback that way), then takes the lock back, reloads the index and recovers whatever the other
+// process left unfinished. If the lock cannot be taken back, every later session operation is
+// refused.
+func (s *Store) Handover(fn func() error) error {
+	s.ops.Lock()
+	defer s.ops.Unlock()
+	if err := s.lock.Close(); err != nil {
+		return fmt.Errorf("handover: release the state lock: %w", err)
+	}
+	fnErr := fn()
+	lock, err := lockState(s.stateDir)
+	if err != nil {
+		s.mu.Lock()
+		s.lost = fmt.Errorf("the state lock was lent out and could not be taken back (%w); restart the daemon", err)
+		s.mu.Unlock()
+		return errors.Join(fnErr, fmt.Errorf("handover: take the state lock back: %w", err))
+	}
+	s.lock = lock
+	ix, err := loadIndex(s.stateDir)
+	if err == nil {
+		s.mu.Lock()
+		s.ix, s.pending = ix, map[string]string{}
+		s.mu.Unlock()
+		err = s.recover()
+	}
+	if err != nil {
+		return errors.Join(fnErr, fmt.Errorf("handover: reload: %w", err))
+	}
+	return fnErr
 }
 
 // park marks t's session as awaiting recovery at the next Open.
