@@ -16,9 +16,17 @@ type Binary struct {
 	Source string // on the build host
 }
 
+// File is a data file placed in the image.
+type File struct {
+	Path string
+	Data []byte
+}
+
 // Overlay is what Allox places over the Debian userland.
 type Overlay struct {
 	Binaries []Binary
+	// Files are small read-only data files (0644), e.g. the system-effects plugin's hash pins.
+	Files []File
 	// Manifest is written to /etc/allox/manifest.json (0644); nil writes none.
 	Manifest []byte
 	// Hostname is written to /etc/hostname; empty leaves the file alone.
@@ -49,6 +57,9 @@ func (o Overlay) Apply(t *initramfs.Tree) error {
 	}
 	for i, b := range o.Binaries {
 		add(initramfs.Entry{Path: b.Path, Mode: 0o755, Source: b.Source}, fmt.Sprintf("binaries[%d]", i))
+	}
+	for i, f := range o.Files {
+		add(initramfs.Entry{Path: f.Path, Mode: 0o644, Data: append([]byte{}, f.Data...)}, fmt.Sprintf("files[%d]", i))
 	}
 	if o.Manifest != nil {
 		add(initramfs.Entry{Path: manifest.Path, Mode: 0o644, Data: o.Manifest}, "manifest")

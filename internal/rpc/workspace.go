@@ -90,6 +90,45 @@ type Run struct {
 	Cgroup    string     `json:"cgroup,omitempty"`
 	Started   time.Time  `json:"started"`
 	Ended     *time.Time `json:"ended,omitempty"`
+	// Effects is the system-effects observer's report, for a run it watched.
+	Effects *Effects `json:"effects,omitempty"`
+}
+
+// Recovery in process.start params asks the system-effects observer for protocol v3: after the
+// run, the Session Workspace is restored to the baseline checkpoint and the recovery is verified.
+type Recovery struct {
+	// ScrubRuntime also removes the run's runtime residue before the last capture (see the
+	// observer's documentation for exactly what it touches).
+	ScrubRuntime bool `json:"scrub_runtime"`
+	// RequireConsistent (default true) fences the session unless the recovery verifier confirms
+	// that everything observed is back to how it was before the run.
+	RequireConsistent *bool `json:"require_consistent,omitempty"`
+}
+
+// Verdicts and evidence states of the system-effects observer.
+const (
+	VerdictConsistent   = "CONSISTENT"
+	VerdictInconsistent = "INCONSISTENT"
+	VerdictInconclusive = "INCONCLUSIVE"
+	EvidenceComplete    = "COMPLETE"
+	EvidenceIncomplete  = "INCOMPLETE"
+)
+
+// Effects is the system-effects observer's report on one run.
+type Effects struct {
+	Protocol     int    `json:"protocol"` // 2: A→B; 3: A→B, recovery, B→C and A→C
+	Verdict      string `json:"verdict"`  // VerdictConsistent, VerdictInconsistent or VerdictInconclusive
+	Evidence     string `json:"evidence"` // EvidenceComplete or EvidenceIncomplete
+	EvidencePath string `json:"evidence_path"`
+	// Report is the verifier's report file inside the evidence set ("" when no verifier ran).
+	Report string `json:"report,omitempty"`
+	// Domains maps each observed domain to its own verdict.
+	Domains map[string]string `json:"domains,omitempty"`
+	// CheckpointID is the baseline the recovery restored (protocol 3).
+	CheckpointID string `json:"checkpoint_id,omitempty"`
+	// Fenced says the session was fenced because of this run; Reason says why.
+	Fenced bool   `json:"fenced"`
+	Reason string `json:"reason,omitempty"`
 }
 
 // Output is a page of a run's stdout or stderr.

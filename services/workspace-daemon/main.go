@@ -66,7 +66,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		if err != nil {
 			return fmt.Errorf("workspace runtime: %w (--system-only serves system.* without it)", err)
 		}
-		if err := daemon.RegisterWorkspace(router, ws); err != nil {
+		if err := daemon.RegisterWorkspace(router, ws, nil); err != nil {
 			return err
 		}
 		tr, err := openTracker(cfg, ws)

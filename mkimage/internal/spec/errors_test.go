@@ -180,7 +180,11 @@ func TestParseErrors(t *testing.T) {
 	}, {
 		name: "unknown plugin",
 		edit: []string{`command = ["/bin/store"]`, `build   = "./services/store"` + "\n  plugins = [\"process-tree\", \"proces-tree\"]\n  command = [\"/bin/store\"]"},
-		want: []string{`30:30: Unknown plugin: plugins may name "process-tree"; got "proces-tree". Did you mean "process-tree"?`},
+		want: []string{`30:30: Unknown plugin: plugins may name "process-tree" or "system-effects"; got "proces-tree". Did you mean "process-tree"?`},
+	}, {
+		name: "exclusive plugins",
+		edit: []string{`command = ["/bin/store"]`, `build   = "./services/store"` + "\n  plugins = [\"process-tree\", \"system-effects\"]\n  command = [\"/bin/store\"]"},
+		want: []string{`30:30: Plugins are exclusive: the system-effects observer and the eBPF process-tree provider both hook process lifecycles and are never loaded together; keep one of "process-tree" and "system-effects".`},
 	}, {
 		name: "plugins without build",
 		edit: []string{`command = ["/bin/store"]`, `plugins = ["process-tree"]` + "\n  command = [\"/bin/store\"]"},

@@ -8,7 +8,37 @@ import (
 
 // KnownPlugins are the optional plugins a service's plugins attribute may name. Each is linked
 // into the service's binary only when asked for, by building it with PluginTag(name).
-var KnownPlugins = []string{"process-tree"}
+var KnownPlugins = []string{PluginProcessTree, PluginSystemEffects}
+
+// Plugin names.
+const (
+	PluginProcessTree   = "process-tree"   // the eBPF process-tree provider
+	PluginSystemEffects = "system-effects" // the system-effects observer, its verifiers and recover step
+)
+
+// PluginProgram is a separate program a plugin installs beside the service it is linked into.
+type PluginProgram struct {
+	Path    string // in the image
+	Package string // Go package, relative to the module root
+	// Pinned programs have their sha256 written to PinFile: the daemon checks it before each run.
+	Pinned bool
+}
+
+// LibexecDir holds plugin programs; PinFile lists the sha256 of the pinned ones (sha256sum format).
+const (
+	LibexecDir = "/usr/libexec/allox"
+	PinFile    = LibexecDir + "/system-effects.sha256"
+)
+
+// PluginPrograms are the programs each plugin installs.
+var PluginPrograms = map[string][]PluginProgram{
+	PluginSystemEffects: {
+		{Path: LibexecDir + "/allox-system-effects-observe", Package: "./services/system-effects-observe", Pinned: true},
+		{Path: LibexecDir + "/allox-system-effects-verify", Package: "./services/system-effects-verify", Pinned: true},
+		{Path: LibexecDir + "/allox-system-effects-recovery-verify", Package: "./services/system-effects-recovery-verify", Pinned: true},
+		{Path: LibexecDir + "/allox-system-effects-recover", Package: "./services/system-effects-recover", Pinned: true},
+	},
+}
 
 // PluginTag is the Go build tag that links plugin name into a service: "allox_" followed by the
 // name with '-' replaced by '_' ("process-tree" → "allox_process_tree").
@@ -32,6 +62,10 @@ func (d *decoder) validatePlugins(key string, s Service) {
 				quoteList(KnownPlugins), p, didYouMean(p, KnownPlugins))
 		case slices.Index(s.Plugins, p) < i:
 			d.errorf(k, "Duplicate plugin", "plugin %q is listed twice; remove one.", p)
+		case p == PluginSystemEffects && slices.Contains(s.Plugins, PluginProcessTree):
+			d.errorf(k, "Plugins are exclusive",
+				"the system-effects observer and the eBPF process-tree provider both hook process lifecycles "+
+					"and are never loaded together; keep one of %q and %q.", PluginProcessTree, PluginSystemEffects)
 		}
 	}
 }

@@ -53,10 +53,23 @@ type Config struct {
 	// processes only, unless ProcessTreeProvider is "ebpf").
 	ProcessTracker bool
 	// ProcessTreeProvider is "" or "ebpf": the eBPF process-tree provider, which records every
-	// fork, exec and exit of the runs. It needs ProcessTracker. The observer (a later plugin) and
-	// this provider are mutually exclusive; there is nothing to check until the observer exists.
+	// fork, exec and exit of the runs. It needs ProcessTracker. It and the observer are never
+	// loaded together: both hook process lifecycles.
 	ProcessTreeProvider string
+	// Observer runs every managed execution under the system-effects observer (protocol v2, or v3
+	// when process.start asks for recovery). ObserverScope is its optional scope file,
+	// ObserverLibexec the directory of its programs and ObserverPins their sha256 pins.
+	Observer        bool
+	ObserverScope   string
+	ObserverLibexec string
+	ObserverPins    string
 }
+
+// Where the system-effects plugin's programs and their hash pins are installed in the image.
+const (
+	DefaultObserverLibexec = "/usr/libexec/allox"
+	DefaultObserverPins    = DefaultObserverLibexec + "/system-effects.sha256"
+)
 
 // ProviderEBPF is the --process-tree-provider value of the eBPF provider.
 const ProviderEBPF = "ebpf"
@@ -77,6 +90,10 @@ func ParseFlags(args []string, stderr io.Writer) (Config, error) {
 	fset.BoolVar(&c.SystemOnly, "system-only", false, "serve only system.* actions, without the workspace runtime")
 	fset.BoolVar(&c.ProcessTracker, "process-tracker", false, "enable process.tree and process.events (from the session cgroup: live processes only, unless --process-tree-provider=ebpf)")
 	fset.StringVar(&c.ProcessTreeProvider, "process-tree-provider", "", "`provider` of the process tree: \"ebpf\" records every fork, exec and exit of the runs (needs --process-tracker, root and kernel BTF)")
+	fset.BoolVar(&c.Observer, "observer", false, "run every process.start under the system-effects observer (needs the system-effects plugin; excludes --process-tree-provider=ebpf)")
+	fset.StringVar(&c.ObserverScope, "observer-scope", "", "scope `file` of the observer: domains beyond the Session Workspace and shared/ (needs --observer)")
+	fset.StringVar(&c.ObserverLibexec, "observer-libexec", DefaultObserverLibexec, "`directory` of the observer's programs (observe, verifiers, recover)")
+	fset.StringVar(&c.ObserverPins, "observer-pins", DefaultObserverPins, "`file` of sha256 pins (sha256sum format) the observer's programs must match")
 	if err := fset.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return c, err
@@ -122,6 +139,13 @@ func (c Config) Validate() error {
 		}
 	default:
 		errs = append(errs, fmt.Errorf("--process-tree-provider %q: use \"ebpf\" or leave it empty", c.ProcessTreeProvider))
+	}
+	if c.Observer && c.ProcessTreeProvider == ProviderEBPF {
+		errs = append(errs, errors.New("--observer and --process-tree-provider=ebpf are never loaded together "+
+			"(both hook process lifecycles, and the observer records the process history itself): drop one of them"))
+	}
+	if c.ObserverScope != "" && !c.Observer {
+		errs = append(errs, errors.New("--observer-scope needs --observer: add --observer or drop the scope"))
 	}
 	if err := errors.Join(errs...); err != nil {
 		return usageError{err}

@@ -18,7 +18,8 @@ func TestParseFlags(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := Config{Root: root, Listen: DefaultListen, ListenHost: "0.0.0.0:8093", TokenFile: "/run/allox/rpc-token",
-		State: filepath.Join(root, ".allox-state"), Bwrap: "bwrap", CgroupParent: "allox"}
+		State: filepath.Join(root, ".allox-state"), Bwrap: "bwrap", CgroupParent: "allox",
+		ObserverLibexec: DefaultObserverLibexec, ObserverPins: DefaultObserverPins}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("ParseFlags mismatch (-want +got):\n%s", diff)
 	}
@@ -38,6 +39,8 @@ func TestParseFlagsErrors(t *testing.T) {
 		{"no root", nil, "--root is required"},
 		{"missing root", []string{"--root", filepath.Join(root, "nope")}, "create the store"},
 		{"root is a file", []string{"--root", file}, "not a directory"},
+		{"observer with the eBPF provider", []string{"--root", root, "--observer", "--process-tracker", "--process-tree-provider", "ebpf"}, "never loaded together"},
+		{"scope without observer", []string{"--root", root, "--observer-scope", file}, "--observer-scope needs --observer"},
 		{"all interfaces", []string{"--root", root, "--listen", "0.0.0.0:8092"}, "use --listen-host 0.0.0.0:8092 with --token-file"},
 		{"empty host", []string{"--root", root, "--listen", ":8092"}, "not a loopback address"},
 		{"guest nic", []string{"--root", root, "--listen", "10.0.2.15:8092"}, "not a loopback address"},

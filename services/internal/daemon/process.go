@@ -1,7 +1,10 @@
 package daemon
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
+	"errors"
 	"time"
 
 	"github.com/allox-os/allox/internal/rpc"
@@ -21,6 +24,9 @@ func (h workspaceHandlers) processStart(ctx context.Context, c *Call) (any, erro
 		Cwd       string            `json:"cwd"`
 		Stdin     string            `json:"stdin"`
 		Timeout   float64           `json:"timeout"` // seconds; 0 = none
+		// Owned by the system-effects observer (RunHook); refused when it is not enabled.
+		Recovery     json.RawMessage `json:"recovery"`
+		CheckpointID *string         `json:"checkpoint_id"`
 	}
 	if err := rpc.DecodeParams(c.Params, &p); err != nil {
 		return nil, err
@@ -28,12 +34,84 @@ func (h workspaceHandlers) processStart(ctx context.Context, c *Call) (any, erro
 	if p.Timeout < 0 {
 		return nil, rpc.Errorf(rpc.CodeInvalidParams, "params.timeout", "params.timeout is in seconds and must not be negative")
 	}
-	st, err := h.w.StartProcess(ctx, tracked.StartRequest{AgentID: p.AgentID, SessionID: p.SessionID, Argv: p.Argv,
-		Env: p.Env, Cwd: p.Cwd, Stdin: []byte(p.Stdin), Timeout: time.Duration(p.Timeout * float64(time.Second))})
+	rp, err := decodeRunParams(p.Recovery, p.CheckpointID)
 	if err != nil {
 		return nil, err
 	}
+	req := tracked.StartRequest{AgentID: p.AgentID, SessionID: p.SessionID, Argv: p.Argv,
+		Env: p.Env, Cwd: p.Cwd, Stdin: []byte(p.Stdin), Timeout: time.Duration(p.Timeout * float64(time.Second))}
+	var undo func()
+	switch {
+	case h.hook != nil:
+		if undo, err = h.hook.Prepare(ctx, &req, rp); err != nil {
+			return nil, err
+		}
+	case rp.Recovery != nil:
+		return nil, rpc.Errorf(rpc.CodeInvalidParams, "params.recovery", errNoObserver)
+	case rp.CheckpointID != "":
+		return nil, rpc.Errorf(rpc.CodeInvalidParams, "params.checkpoint_id", errNoObserver)
+	}
+	st, err := h.w.StartProcess(ctx, req)
+	if err != nil {
+		if undo != nil {
+			undo()
+		}
+		return nil, err
+	}
 	return run(st), nil
+}
+
+const errNoObserver = "recovery and checkpoint_id belong to the system-effects observer, which this daemon does not run: " +
+	"start it with --observer (the image needs plugins = [\"system-effects\"] on the daemon) or leave them out"
+
+// RunHook is a plugin's part in process.start (Plugin API v1: run metadata). The system-effects
+// observer is one: it owns the recovery and checkpoint_id params, may refuse the request, and
+// attaches an observer to the run (req.Observer).
+type RunHook interface {
+	// Prepare is called before the run starts. undo, if not nil, is called when the start fails
+	// afterwards, so that a failed request leaves everything as it was.
+	Prepare(ctx context.Context, req *tracked.StartRequest, p RunParams) (undo func(), err error)
+}
+
+// RunParams are the process.start params a RunHook owns.
+type RunParams struct {
+	Recovery     *rpc.Recovery // nil: protocol v2
+	CheckpointID string        // "" when omitted
+}
+
+func decodeRunParams(recovery json.RawMessage, checkpoint *string) (RunParams, error) {
+	var rp RunParams
+	if checkpoint != nil {
+		if *checkpoint == "" {
+			return rp, rpc.Errorf(rpc.CodeInvalidParams, "params.checkpoint_id",
+				"params.checkpoint_id is empty: name a full, existing checkpoint id or leave it out for a fresh baseline")
+		}
+		rp.CheckpointID = *checkpoint
+	}
+	if len(bytes.TrimSpace(recovery)) == 0 || string(bytes.TrimSpace(recovery)) == "null" {
+		return rp, nil
+	}
+	var r rpc.Recovery
+	dec := json.NewDecoder(bytes.NewReader(recovery))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&r); err != nil {
+		var te *json.UnmarshalTypeError
+		if errors.As(err, &te) {
+			return rp, rpc.Errorf(rpc.CodeInvalidParams, "params.recovery."+te.Field,
+				"params.recovery.%s must be a JSON %s", te.Field, jsonKind(te.Type.Kind().String()))
+		}
+		return rp, rpc.Errorf(rpc.CodeInvalidParams, "params.recovery",
+			"params.recovery must be an object with scrub_runtime and require_consistent (booleans): %v", err)
+	}
+	rp.Recovery = &r
+	return rp, nil
+}
+
+func jsonKind(goKind string) string {
+	if goKind == "ptr" || goKind == "bool" {
+		return "boolean"
+	}
+	return goKind
 }
 
 func (h workspaceHandlers) processGet(_ context.Context, c *Call) (any, error) {
@@ -146,6 +224,15 @@ func run(st *tracked.Status) rpc.Run {
 	if !st.Ended.IsZero() {
 		ended := st.Ended
 		r.Ended = &ended
+	}
+	if len(st.Effects) > 0 {
+		var e rpc.Effects
+		if err := json.Unmarshal(st.Effects, &e); err != nil {
+			// Never report unreadable evidence as anything but inconclusive.
+			e = rpc.Effects{Verdict: rpc.VerdictInconclusive, Evidence: rpc.EvidenceIncomplete,
+				Reason: "the observer's report does not decode: " + err.Error()}
+		}
+		r.Effects = &e
 	}
 	return r
 }

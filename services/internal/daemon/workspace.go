@@ -10,8 +10,9 @@ import (
 )
 
 // RegisterWorkspace registers the agent, session, checkpoint, process and turn actions backed by w.
-func RegisterWorkspace(r *Router, w *workspace.Service) error {
-	h := workspaceHandlers{w}
+// hook, if not nil, takes part in every process.start (the system-effects observer).
+func RegisterWorkspace(r *Router, w *workspace.Service, hook RunHook) error {
+	h := workspaceHandlers{w: w, hook: hook}
 	return errors.Join(
 		r.Register(rpc.ActionAgentCreate, Action{Handler: h.agentCreate}),
 		r.Register(rpc.ActionAgentGet, Action{Handler: h.agentGet}),
@@ -39,7 +40,10 @@ func RegisterWorkspace(r *Router, w *workspace.Service) error {
 	)
 }
 
-type workspaceHandlers struct{ w *workspace.Service }
+type workspaceHandlers struct {
+	w    *workspace.Service
+	hook RunHook
+}
 
 // Params shared by several actions.
 type agentParams struct {
