@@ -35,6 +35,10 @@ const (
 
 	ActionTurnBegin = "turn.begin"
 	ActionTurnEnd   = "turn.end"
+
+	// ActionObserverAbort (host listener only, system-effects plugin) ends a run's observation as
+	// if the observer had crashed: the session is fenced and the run killed.
+	ActionObserverAbort = "observer.abort"
 )
 
 // Agent is a first-level Agent Workspace.
@@ -90,6 +94,8 @@ type Run struct {
 	Cgroup    string     `json:"cgroup,omitempty"`
 	Started   time.Time  `json:"started"`
 	Ended     *time.Time `json:"ended,omitempty"`
+	// Managed says the run went the managed (unsandboxed) path.
+	Managed bool `json:"managed,omitempty"`
 	// Effects is the system-effects observer's report, for a run it watched.
 	Effects *Effects `json:"effects,omitempty"`
 }

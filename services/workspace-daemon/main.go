@@ -55,6 +55,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if cfg.ProcessTreeProvider == daemon.ProviderEBPF && openProcessTree == nil {
 		return fmt.Errorf("--process-tree-provider=ebpf: %w", errProviderNotInstalled)
 	}
+	if cfg.Observer && openObserver == nil {
+		return fmt.Errorf("--observer: %w", errObserverNotInstalled)
+	}
 	log := slog.New(slog.NewTextHandler(stderr, nil)).With("component", "workspace-daemon")
 	router := daemon.NewRouter()
 	// Domains and plugins register here, explicitly.
@@ -66,7 +69,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		if err != nil {
 			return fmt.Errorf("workspace runtime: %w (--system-only serves system.* without it)", err)
 		}
-		if err := daemon.RegisterWorkspace(router, ws, nil); err != nil {
+		var hook daemon.RunHook
+		if cfg.Observer {
+			if hook, err = openObserver(cfg, ws, router); err != nil {
+				return fmt.Errorf("--observer: %w", err)
+			}
+		}
+		if err := daemon.RegisterWorkspace(router, ws, hook); err != nil {
 			return err
 		}
 		tr, err := openTracker(cfg, ws)
@@ -95,7 +104,7 @@ func openWorkspace(cfg daemon.Config) (*workspace.Service, error) {
 		return nil, err
 	}
 	runs, err := tracked.NewManager(tracked.Config{CgroupParent: cfg.CgroupParent, Bwrap: cfg.Bwrap,
-		RecordsDir: filepath.Join(cfg.State, "runs")})
+		RecordsDir: filepath.Join(cfg.State, "runs"), AllowManaged: cfg.ManagedExecution})
 	if err != nil {
 		return nil, err
 	}
@@ -110,14 +119,18 @@ func openWorkspace(cfg daemon.Config) (*workspace.Service, error) {
 	return &workspace.Service{Store: st, Runs: runs, Fences: fences, Policy: policy, KillOnRollback: cfg.KillOnRollback}, nil
 }
 
+// errObserverNotInstalled refuses --observer in a daemon built without the system-effects plugin.
+var errObserverNotInstalled = errors.New(`the system-effects observer is not installed in this image: ` +
+	`add plugins = ["system-effects"] to the daemon's service block in the image spec`)
+
 // errProviderNotInstalled refuses --process-tree-provider=ebpf in a daemon built without the plugin.
 var errProviderNotInstalled = errors.New(`the eBPF process-tree provider is not installed in this image: ` +
 	`add plugins = ["process-tree"] to the daemon's service block in the image spec`)
 
 // openTracker returns the process tracker asked for by --process-tracker (nil without it). With
 // --process-tree-provider=ebpf it loads the eBPF collector and refuses to go on if that fails: the
-// provider was asked for, so the daemon must not run without it. The observer (a later plugin) and
-// the eBPF provider are mutually exclusive; there is nothing to check until the observer exists.
+// provider was asked for, so the daemon must not run without it. The observer and the eBPF provider
+// are never loaded together (daemon.Config.Validate refuses both).
 func openTracker(cfg daemon.Config, ws *workspace.Service) (*tracker.Tracker, error) {
 	if !cfg.ProcessTracker {
 		return nil, nil

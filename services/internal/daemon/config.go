@@ -59,10 +59,13 @@ type Config struct {
 	// Observer runs every managed execution under the system-effects observer (protocol v2, or v3
 	// when process.start asks for recovery). ObserverScope is its optional scope file,
 	// ObserverLibexec the directory of its programs and ObserverPins their sha256 pins.
-	Observer        bool
-	ObserverScope   string
-	ObserverLibexec string
-	ObserverPins    string
+	// ManagedExecution lets process.start ask for managed: true (no bubblewrap; the VM is the only
+	// boundary), the seed's migration-period path.
+	ManagedExecution bool
+	Observer         bool
+	ObserverScope    string
+	ObserverLibexec  string
+	ObserverPins     string
 }
 
 // Where the system-effects plugin's programs and their hash pins are installed in the image.
@@ -90,6 +93,7 @@ func ParseFlags(args []string, stderr io.Writer) (Config, error) {
 	fset.BoolVar(&c.SystemOnly, "system-only", false, "serve only system.* actions, without the workspace runtime")
 	fset.BoolVar(&c.ProcessTracker, "process-tracker", false, "enable process.tree and process.events (from the session cgroup: live processes only, unless --process-tree-provider=ebpf)")
 	fset.StringVar(&c.ProcessTreeProvider, "process-tree-provider", "", "`provider` of the process tree: \"ebpf\" records every fork, exec and exit of the runs (needs --process-tracker, root and kernel BTF)")
+	fset.BoolVar(&c.ManagedExecution, "managed-execution", false, "allow process.start with managed: true: runs without bubblewrap, with the daemon's privileges (the VM is the only boundary)")
 	fset.BoolVar(&c.Observer, "observer", false, "run every process.start under the system-effects observer (needs the system-effects plugin; excludes --process-tree-provider=ebpf)")
 	fset.StringVar(&c.ObserverScope, "observer-scope", "", "scope `file` of the observer: domains beyond the Session Workspace and shared/ (needs --observer)")
 	fset.StringVar(&c.ObserverLibexec, "observer-libexec", DefaultObserverLibexec, "`directory` of the observer's programs (observe, verifiers, recover)")

@@ -24,6 +24,8 @@ func (h workspaceHandlers) processStart(ctx context.Context, c *Call) (any, erro
 		Cwd       string            `json:"cwd"`
 		Stdin     string            `json:"stdin"`
 		Timeout   float64           `json:"timeout"` // seconds; 0 = none
+		// Managed runs without bubblewrap (the seed's managed path); needs --managed-execution.
+		Managed bool `json:"managed"`
 		// Owned by the system-effects observer (RunHook); refused when it is not enabled.
 		Recovery     json.RawMessage `json:"recovery"`
 		CheckpointID *string         `json:"checkpoint_id"`
@@ -39,7 +41,8 @@ func (h workspaceHandlers) processStart(ctx context.Context, c *Call) (any, erro
 		return nil, err
 	}
 	req := tracked.StartRequest{AgentID: p.AgentID, SessionID: p.SessionID, Argv: p.Argv,
-		Env: p.Env, Cwd: p.Cwd, Stdin: []byte(p.Stdin), Timeout: time.Duration(p.Timeout * float64(time.Second))}
+		Env: p.Env, Cwd: p.Cwd, Stdin: []byte(p.Stdin), Timeout: time.Duration(p.Timeout * float64(time.Second)),
+		Managed: p.Managed}
 	var undo func()
 	switch {
 	case h.hook != nil:
@@ -216,7 +219,7 @@ func (h workspaceHandlers) processOutput(_ context.Context, c *Call) (any, error
 
 func run(st *tracked.Status) rpc.Run {
 	r := rpc.Run{RunID: st.RunID, AgentID: st.AgentID, SessionID: st.SessionID, Argv: st.Argv, State: st.State,
-		Signal: st.Signal, Reason: st.Reason, Pid: st.Pid, Cgroup: st.Cgroup, Started: st.Started}
+		Signal: st.Signal, Reason: st.Reason, Pid: st.Pid, Cgroup: st.Cgroup, Started: st.Started, Managed: st.Managed}
 	if st.State != "running" {
 		code := st.ExitCode
 		r.ExitCode = &code

@@ -22,6 +22,8 @@ type Config struct {
 	SharedWritable bool     // bind shared/ writable; default read-only
 	UnshareNet     bool     // private network namespace (loopback only); default shares the guest's
 	Limits         Limits   // per-run limits, applied only where the controller exists
+	// AllowManaged permits StartRequest.Managed runs (the daemon's --managed-execution).
+	AllowManaged bool
 }
 
 // Limits are optional per-run cgroup limits. Zero means unlimited. A limit

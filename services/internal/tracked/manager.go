@@ -27,6 +27,7 @@ type run struct {
 	group      string
 	done       chan struct{} // closed once st is final
 	killReason string        // StateKilled or StateTimedOut, set before cgroup.kill
+	residueErr error         // the observer's failure to look at a managed run's leftovers
 }
 
 // killGrace bounds how long the manager waits for a killed cgroup to empty.

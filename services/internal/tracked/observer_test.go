@@ -20,6 +20,18 @@ type testObserver struct {
 	quiesce              error
 	beginErr             error
 	begun, ended         int
+	residueEvents        string
+	residueProcs         string
+	residues             int
+}
+
+func (o *testObserver) Residue(st *Status) error {
+	o.residues++
+	b, _ := os.ReadFile(filepath.Join(o.dir(st), "cgroup.events"))
+	o.residueEvents = string(b)
+	p, _ := os.ReadFile(filepath.Join(o.dir(st), "cgroup.procs"))
+	o.residueProcs = string(p)
+	return nil
 }
 
 func (o *testObserver) Begin(st *Status) error {
@@ -103,5 +115,47 @@ func TestObserverBeginFailsClosed(t *testing.T) {
 		if d.IsDir() {
 			t.Errorf("run group %s left behind", d.Name())
 		}
+	}
+}
+
+// TestManagedRunResidue checks the managed (unsandboxed) path: the command runs with the daemon's
+// view of the system (it writes outside the workspace), its background child outlives the main
+// process, and the observer sees that residue in the frozen group before it is killed; End then
+// finds the group empty.
+func TestManagedRunResidue(t *testing.T) {
+	e := newEnv(t, func(c *Config) { c.AllowManaged = true })
+	outside := filepath.Join(e.root, "outside.txt")
+	o := &testObserver{t: t, marker: filepath.Join(e.ws.Current, "ran"),
+		dir: func(st *Status) string { return e.m.CgroupDir("a", "s1", st.RunID) }}
+	req := e.req("s1", "/bin/sh", "-c", "touch ran; echo x > "+outside+"; echo $TMPDIR > tmpdir; setsid sleep 300 < /dev/null > /dev/null 2>&1 & exit 0")
+	req.Managed, req.Observer = true, o
+	st := e.run(t, req)
+	if st.State != StateExited || st.ExitCode != 0 {
+		t.Fatalf("status = %+v, want exited 0", st)
+	}
+	if _, err := os.Stat(outside); err != nil {
+		t.Errorf("a managed run could not write outside its workspace: %v", err)
+	}
+	if b, _ := os.ReadFile(filepath.Join(e.ws.Current, "tmpdir")); strings.TrimSpace(string(b)) != filepath.Join(e.ws.Current, ".allox-tmp") {
+		t.Errorf("TMPDIR = %q, want current/.allox-tmp", b)
+	}
+	if o.residues != 1 || !strings.Contains(o.residueEvents, "frozen 1") || strings.TrimSpace(o.residueProcs) == "" {
+		t.Errorf("Residue called %d times with events %q procs %q; want once, the group frozen with the sleep in it",
+			o.residues, o.residueEvents, o.residueProcs)
+	}
+	if !strings.Contains(o.endEvents, "populated 0") || o.endProc != "" {
+		t.Errorf("at End cgroup.events = %q procs %q, want the residue killed", o.endEvents, o.endProc)
+	}
+}
+
+// TestManagedRefusedByDefault checks that a managed run needs Config.AllowManaged.
+func TestManagedRefusedByDefault(t *testing.T) {
+	e := newEnv(t, nil)
+	req := e.req("s1", "/bin/true")
+	req.Managed = true
+	_, err := e.m.Start(context.Background(), req)
+	var ie *InvalidError
+	if !errors.As(err, &ie) || ie.Field != "sandbox" {
+		t.Fatalf("Start = %v, want an invalid sandbox error", err)
 	}
 }

@@ -18,7 +18,7 @@ import (
 // directly inside it (clone3 CLONE_INTO_CGROUP). Any failure before the
 // sandbox exists returns ErrSandbox and nothing runs. The run outlives ctx.
 func (m *Manager) Start(ctx context.Context, req StartRequest) (*Status, error) {
-	cwd, err := validate(&req)
+	cwd, err := validate(&req, m.cfg.AllowManaged)
 	if err != nil {
 		return nil, err
 	}
@@ -37,7 +37,7 @@ func (m *Manager) Start(ctx context.Context, req StartRequest) (*Status, error) 
 		done:  make(chan struct{}),
 		st: &Status{
 			RunID: id, AgentID: req.AgentID, SessionID: req.SessionID,
-			Argv: append([]string(nil), req.Argv...), State: StateRunning,
+			Argv: append([]string(nil), req.Argv...), State: StateRunning, Managed: req.Managed,
 		},
 	}
 	r.st.Cgroup = m.cg.path(r.group)
@@ -140,6 +140,25 @@ func (m *Manager) beginObserver(o Observer, cmd *exec.Cmd, r *run) error {
 	return errors.Join(err, killErr)
 }
 
+// residue lets the observer look at the processes a managed run left behind, with the group
+// frozen, before supervise kills them.
+func (m *Manager) residue(o Observer, r *run) {
+	ctx, cancel := context.WithTimeout(context.Background(), killGrace)
+	err := m.cg.freeze(ctx, r.group, true)
+	cancel()
+	if err == nil {
+		m.mu.Lock()
+		st := r.st.clone()
+		m.mu.Unlock()
+		err = o.Residue(st)
+	}
+	if err != nil {
+		m.mu.Lock()
+		r.residueErr = err
+		m.mu.Unlock()
+	}
+}
+
 // endObserver freezes the empty group and lets the observer take its last look. killErr is the
 // failure to empty the group, if any; the observer is told either way.
 func endObserver(o Observer, c *cgroups, group string, st *Status, killErr error) {
@@ -204,9 +223,21 @@ func (m *Manager) prepare(req *StartRequest, r *run, dir, cwd string) (*exec.Cmd
 		release.Close()
 		return nil, nil, nil, fmt.Errorf("cgroup %s: %w", r.st.Cgroup, err)
 	}
-	cmd := exec.Command(m.cfg.Bwrap, bwrapArgs(&m.cfg, req, cwd, tmp)...)
-	cmd.Env = []string{"PATH=" + sandboxPath} // bwrap --clearenv anyway
-	cmd.Dir = "/"
+	var cmd *exec.Cmd
+	if req.Managed {
+		if cmd, err = managedCommand(req, cwd); err != nil {
+			closeAll()
+			block.Close()
+			release.Close()
+			cgfd.Close()
+			_ = m.cg.remove(r.group)
+			return nil, nil, nil, err
+		}
+	} else {
+		cmd = exec.Command(m.cfg.Bwrap, bwrapArgs(&m.cfg, req, cwd, tmp)...)
+		cmd.Env = []string{"PATH=" + sandboxPath} // bwrap --clearenv anyway
+		cmd.Dir = "/"
+	}
 	cmd.Stdin = bytes.NewReader(req.Stdin)
 	cmd.Stdout, cmd.Stderr = out[0], out[1]
 	cmd.WaitDelay = time.Second
@@ -231,6 +262,9 @@ func (m *Manager) supervise(cmd *exec.Cmd, r *run, dir string, req StartRequest)
 	for _, w := range []any{cmd.Stdout, cmd.Stderr} {
 		w.(*boundedWriter).f.Close()
 	}
+	if req.Observer != nil && m.cg.populated(r.group) {
+		m.residue(req.Observer, r)
+	}
 	// The PID namespace dies with its init; kill anyway so nothing that
 	// escaped into the group survives, and wait until it is empty.
 	ctx, cancel := context.WithTimeout(context.Background(), killGrace)
@@ -239,11 +273,14 @@ func (m *Manager) supervise(cmd *exec.Cmd, r *run, dir string, req StartRequest)
 
 	m.mu.Lock()
 	st := r.st.clone()
-	reason := r.killReason
+	reason, residueErr := r.killReason, r.residueErr
 	m.mu.Unlock()
 	st.Ended = time.Now().UTC()
 	finish(st, cmd.ProcessState, waitErr, reason, dir)
-	if st.State == StateExited {
+	if residueErr != nil {
+		st.Reason = joinReason(st.Reason, "observer: "+residueErr.Error())
+	}
+	if st.State == StateExited && !req.Managed {
 		if err := syncTmp(filepath.Join(dir, "tmp"), req.Workspace.Current); err != nil {
 			st.Reason = joinReason(st.Reason, "tmp sync: "+err.Error())
 		}

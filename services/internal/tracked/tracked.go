@@ -87,6 +87,13 @@ type StartRequest struct {
 	Cwd       string // relative to Workspace.Current; must stay inside
 	Stdin     []byte
 	Timeout   time.Duration // 0 = none
+	// Managed runs the command without bubblewrap: the seed's migration-period "managed" path. It
+	// runs directly in its run cgroup with the daemon's privileges (the VM is its only boundary),
+	// HOME and cwd in current/, TMPDIR=current/.allox-tmp (the system /tmp stays VM state), and
+	// processes it leaves behind outlive its main process until the run's cgroup is killed. Only
+	// with Config.AllowManaged; it exists so that the system-effects observer can watch agents
+	// that really change the system.
+	Managed bool
 	// Observer, if set, watches this run from before its command starts until after its last
 	// process has exited (the system-effects observer).
 	Observer Observer
@@ -105,6 +112,10 @@ type Observer interface {
 	// returns what the run record carries as "effects"; an error is recorded in the run's reason
 	// (the observer itself is responsible for fencing).
 	End(st *Status, quiesce error) (json.RawMessage, error)
+	// Residue is called when a managed run's main process has exited but other processes remain
+	// in its group, with the group frozen, before they are killed. An error is recorded in the
+	// run's reason.
+	Residue(st *Status) error
 }
 
 // Gate is called once per run after bwrap has started (pid is bwrap's pid in
@@ -127,6 +138,8 @@ type Status struct {
 	Pid       int       `json:"pid,omitempty"`
 	Cgroup    string    `json:"cgroup"`
 	Reason    string    `json:"reason,omitempty"`
+	// Managed says the run went the managed (unsandboxed) path.
+	Managed bool `json:"managed,omitempty"`
 	// Effects is the observer's report on the run (verdict, evidence path), when one watched it.
 	Effects json.RawMessage `json:"effects,omitempty"`
 }

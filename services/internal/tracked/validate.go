@@ -28,7 +28,7 @@ const maxTimeout = 7 * 24 * 3600e9
 
 // validate checks a request and returns the host path of the working
 // directory (inside Workspace.Current, symlinks resolved).
-func validate(req *StartRequest) (string, error) {
+func validate(req *StartRequest, allowManaged bool) (string, error) {
 	if !validID(req.AgentID) {
 		return "", invalid("agent_id", "%q: use letters, digits, '.', '_', '-' (no leading dot, at most 64)", req.AgentID)
 	}
@@ -50,6 +50,9 @@ func validate(req *StartRequest) (string, error) {
 		if reservedEnv[k] {
 			return "", invalid("env", "%s is set by the sandbox and cannot be overridden", k)
 		}
+	}
+	if req.Managed && !allowManaged {
+		return "", invalid("sandbox", "managed (unsandboxed) execution is off: the daemon must be started with --managed-execution")
 	}
 	if req.Timeout < 0 || req.Timeout > maxTimeout {
 		return "", invalid("timeout", "%s: must be between 0 (none) and 168h", req.Timeout)

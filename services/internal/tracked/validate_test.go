@@ -33,7 +33,7 @@ func TestValidate(t *testing.T) {
 		t.Run(tt.name, func(t *testing.T) {
 			r := ok
 			tt.mod(&r)
-			_, err := validate(&r)
+			_, err := validate(&r, false)
 			var ie *InvalidError
 			if !errors.As(err, &ie) || !errors.Is(err, ErrInvalid) || ie.Field != tt.field {
 				t.Errorf("validate = %v, want InvalidError on field %q", err, tt.field)

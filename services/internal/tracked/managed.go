@@ -1,0 +1,34 @@
+package tracked
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+)
+
+// managedLauncher holds a managed run until the manager releases it: the shell waits for EOF on
+// the block fd, then execs the command in its place. Nothing of the command runs before release,
+// exactly as with bwrap's --block-fd.
+const managedLauncher = `read -r _ <&3; exec 3<&-; exec "$@"`
+
+// managedTmp is the managed path's TMPDIR, inside current/ (the seed: TMPDIR only).
+const managedTmp = ".allox-tmp"
+
+// managedCommand builds a managed (unsandboxed) run: /bin/sh as the launcher, cwd in current/,
+// the sandbox's environment with TMPDIR moved into the workspace.
+func managedCommand(req *StartRequest, cwd string) (*exec.Cmd, error) {
+	tmp := filepath.Join(req.Workspace.Current, managedTmp)
+	if err := os.MkdirAll(tmp, 0o700); err != nil {
+		return nil, err
+	}
+	args := append([]string{"-c", managedLauncher, "allox-managed"}, req.Argv...)
+	cmd := exec.Command("/bin/sh", args...)
+	cmd.Dir = cwd
+	for _, kv := range sandboxEnv(req) {
+		if kv[0] == "TMPDIR" {
+			kv[1] = tmp
+		}
+		cmd.Env = append(cmd.Env, kv[0]+"="+kv[1])
+	}
+	return cmd, nil
+}
