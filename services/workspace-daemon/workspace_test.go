@@ -13,44 +13,19 @@ import (
 	"testing"
 
 	"github.com/allox-os/allox/internal/rpc"
+	"github.com/allox-os/allox/services/internal/btrfstest"
 )
 
 // btrfsRoot makes a real Btrfs filesystem on a loop device and mounts it: the store under test.
 func btrfsRoot(t testing.TB) string {
 	t.Helper()
-	why := ""
-	switch {
-	case os.Geteuid() != 0:
-		why = "needs root to loop-mount a Btrfs filesystem"
-	case func() bool { _, err := exec.LookPath("mkfs.btrfs"); return err != nil }():
-		why = "needs mkfs.btrfs (apt-get install btrfs-progs)"
-	case func() bool { _, err := exec.LookPath("bwrap"); return err != nil }():
-		why = "needs bwrap (apt-get install bubblewrap)"
-	}
-	if why != "" {
+	if _, err := exec.LookPath("bwrap"); err != nil {
 		if os.Getenv("CI") == "true" {
-			t.Fatal(why)
+			t.Fatal("needs bwrap (apt-get install bubblewrap)")
 		}
-		t.Skip(why + "; run go test as root (make test does)")
+		t.Skip("needs bwrap (apt-get install bubblewrap)")
 	}
-	// Not below /tmp: every sandbox mounts a private /tmp of its own over it.
-	dir, err := os.MkdirTemp("/var/tmp", "allox-daemon-test-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { os.RemoveAll(dir) })
-	img, mnt := filepath.Join(dir, "store.img"), filepath.Join(dir, "mnt")
-	for _, argv := range [][]string{{"truncate", "-s", "1G", img}, {"mkfs.btrfs", "-q", img}, {"mkdir", mnt}, {"mount", "-o", "loop", img, mnt}} {
-		if out, err := exec.Command(argv[0], argv[1:]...).CombinedOutput(); err != nil {
-			t.Fatalf("%v: %v\n%s", argv, err, out)
-		}
-	}
-	t.Cleanup(func() {
-		if out, err := exec.Command("umount", "-l", mnt).CombinedOutput(); err != nil {
-			t.Errorf("umount %s: %v\n%s", mnt, err, out)
-		}
-	})
-	return mnt
+	return btrfstest.Mount(t)
 }
 
 // post sends a body exactly as the seed's curl commands do and decodes the reply envelope.

@@ -1,12 +1,12 @@
 package store
 
 import (
-	"fmt"
 	"io/fs"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"testing"
+
+	"github.com/allox-os/allox/services/internal/btrfstest"
 )
 
 // testFS is the mount point of a loop-mounted Btrfs image shared by the package's tests;
@@ -17,7 +17,7 @@ func TestMain(m *testing.M) {
 	if os.Getenv("STORE_STEP") != "" { // a child of sigkill: it dies before it could unmount
 		os.Exit(m.Run())
 	}
-	dir, cleanup, err := mountBtrfs()
+	dir, cleanup, err := btrfstest.New("")
 	if err != nil {
 		skipWhy = err.Error()
 	}
@@ -25,30 +25,6 @@ func TestMain(m *testing.M) {
 	code := m.Run()
 	cleanup()
 	os.Exit(code)
-}
-
-func mountBtrfs() (string, func(), error) {
-	nop := func() {}
-	if os.Geteuid() != 0 {
-		return "", nop, fmt.Errorf("needs root to loop-mount a Btrfs image; run: sudo go test ./services/internal/store/")
-	}
-	if _, err := os.Stat("/dev/loop-control"); err != nil {
-		return "", nop, fmt.Errorf("no /dev/loop-control (%v); run on a host or VM with loop devices", err)
-	}
-	tmp, err := os.MkdirTemp("", "store-btrfs-")
-	if err != nil {
-		return "", nop, err
-	}
-	img, mnt := filepath.Join(tmp, "fs.img"), filepath.Join(tmp, "mnt")
-	rm := func() { os.RemoveAll(tmp) }
-	steps := [][]string{{"truncate", "-s", "1G", img}, {"mkfs.btrfs", "-q", img}, {"mkdir", mnt}, {"mount", "-o", "loop", img, mnt}}
-	for _, s := range steps {
-		if out, err := exec.Command(s[0], s[1:]...).CombinedOutput(); err != nil {
-			rm()
-			return "", nop, fmt.Errorf("%v: %v: %s", s, err, out)
-		}
-	}
-	return mnt, func() { exec.Command("umount", mnt).Run(); rm() }, nil
 }
 
 // needBtrfs skips (or, in CI, fails) when there is no test filesystem.
