@@ -135,6 +135,10 @@ type Effects struct {
 	// Fenced says the session was fenced because of this run; Reason says why.
 	Fenced bool   `json:"fenced"`
 	Reason string `json:"reason,omitempty"`
+	// StepsMs is how long each step of the observation took, in milliseconds: start (the observer
+	// process and its history recorder), capture_a, capture_b, scrub, recover, capture_c, close,
+	// verify.
+	StepsMs map[string]float64 `json:"steps_ms,omitempty"`
 }
 
 // Output is a page of a run's stdout or stderr.

@@ -1,15 +1,15 @@
 package tracked
 
 import (
-	"os"
 	"os/exec"
 	"path/filepath"
 )
 
 // managedLauncher holds a managed run until the manager releases it: the shell waits for EOF on
-// the block fd, then execs the command in its place. Nothing of the command runs before release,
-// exactly as with bwrap's --block-fd.
-const managedLauncher = `read -r _ <&3; exec 3<&-; exec "$@"`
+// the block fd, then makes TMPDIR and execs the command in its place. Nothing of the command runs
+// before release, exactly as with bwrap's --block-fd, and nothing in the workspace changes before
+// it either (an observer's first capture must equal the state the run started from).
+const managedLauncher = `read -r _ <&3; exec 3<&-; mkdir -p "$TMPDIR" && exec "$@"`
 
 // managedTmp is the managed path's TMPDIR, inside current/ (the seed: TMPDIR only).
 const managedTmp = ".allox-tmp"
@@ -18,9 +18,6 @@ const managedTmp = ".allox-tmp"
 // the sandbox's environment with TMPDIR moved into the workspace.
 func managedCommand(req *StartRequest, cwd string) (*exec.Cmd, error) {
 	tmp := filepath.Join(req.Workspace.Current, managedTmp)
-	if err := os.MkdirAll(tmp, 0o700); err != nil {
-		return nil, err
-	}
 	args := append([]string{"-c", managedLauncher, "allox-managed"}, req.Argv...)
 	cmd := exec.Command("/bin/sh", args...)
 	cmd.Dir = cwd

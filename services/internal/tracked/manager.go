@@ -202,6 +202,10 @@ func (m *Manager) KillSession(ctx context.Context, agentID, sessionID string) er
 	return nil
 }
 
+// TmpDir is a run's private /tmp staging directory, outside every workspace (gone once the run's
+// record is final).
+func (m *Manager) TmpDir(runID string) string { return filepath.Join(runDir(&m.cfg, runID), "tmp") }
+
 // SetGate installs the gate every later run passes before its command is
 // released (nil removes it). Call it before starting runs.
 func (m *Manager) SetGate(g Gate) {

@@ -1,0 +1,28 @@
+// Package evidence is the on-disk evidence set of one managed execution
+// observed by the system-effects observer, and its in-memory form.
+//
+// A set is one directory per run, outside every workspace
+// (e.g. STATE/effects/<run_id>/):
+//
+//	header.json          protocol, ids, paths, scope, recovery parameters, capture times
+//	A/<domain>.json      one Snapshot per domain at each capture point:
+//	B/<domain>.json      A before the agent runs, B after its process tree is gone,
+//	C/<domain>.json      C (protocol 3) after the recovery
+//	residue.json         optional: the processes a managed run left in its frozen
+//	                     group when its main process exited, before they were killed
+//	history.jsonl        the history recorder's events
+//	history.json         the recorder's History summary (events, drops)
+//	faults.log           the observer's fault log: one line per fault; empty when none
+//	manifest.json        sha256 and size of every file above; written last
+//	report.json          v2 verifier report  } written by the verifiers,
+//	recovery-report.json v3 verifier report  } outside the manifest
+//
+// Closing a set means writing manifest.json, atomically (temporary file,
+// fsync, rename, directory fsync), after every other file: a set without a
+// manifest is visibly unclosed. The manifest protects against partial and
+// corrupted sets, not against a forger who can rewrite it too.
+//
+// Snapshots are canonical: items sorted by key, values rendered as fixed
+// one-line strings, no ids that the kernel reassigns, no times; two captures
+// of the same state are byte-identical.
+package evidence

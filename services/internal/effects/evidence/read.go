@@ -1,0 +1,205 @@
+package evidence
+
+import (
+	"bytes"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+)
+
+// Evidence is a set as read back from disk, with every integrity problem
+// found on the way. It holds everything a verdict needs; the verdict itself
+// does no I/O.
+type Evidence struct {
+	Dir       string
+	Header    *Header                         // nil if header.json is missing or unreadable
+	Closed    bool                            // manifest.json present and readable
+	Problems  []string                        // why the set is not complete; empty when it is
+	Snapshots map[string]map[string]*Snapshot // point → domain → snapshot
+	Residue   *Snapshot                       // residue.json; nil when the run left no residue to record
+	History   *History                        // nil if history.json is missing or unreadable
+	Faults    []string                        // lines of the fault log
+}
+
+// Complete reports whether the set is closed, intact and fault-free.
+func (e *Evidence) Complete() bool { return len(e.Problems) == 0 }
+
+// Snapshot returns the snapshot of a domain at a point, or nil.
+func (e *Evidence) Snapshot(point, domain string) *Snapshot { return e.Snapshots[point][domain] }
+
+// Load reads the set in dir. It fails only if dir cannot be read at all;
+// every other defect is a Problem that makes the evidence incomplete:
+// no manifest (unclosed), a hash or size mismatch, a required file missing
+// from the set or the manifest, an unlisted file, an unreadable snapshot, a
+// non-empty fault log, and a history that is missing, unavailable or lost
+// events.
+func Load(dir string) (*Evidence, error) {
+	if _, err := os.ReadDir(dir); err != nil {
+		return nil, fmt.Errorf("evidence dir: %w", err)
+	}
+	e := &Evidence{Dir: dir, Snapshots: map[string]map[string]*Snapshot{}}
+	e.load()
+	slices.Sort(e.Problems)
+	e.Problems = slices.Compact(e.Problems)
+	return e, nil
+}
+
+func (e *Evidence) load() {
+	e.checkManifest()
+	var h Header
+	if err := e.readJSON(HeaderFile, &h); err == nil {
+		if verr := h.Validate(); verr != nil {
+			e.problem("%s: %v", HeaderFile, verr)
+		} else {
+			e.Header = &h
+		}
+	}
+	if e.Header == nil {
+		return
+	}
+	for _, p := range e.Header.Points() {
+		e.Snapshots[p] = map[string]*Snapshot{}
+		for _, d := range e.Header.Domains {
+			var s Snapshot
+			name := SnapshotFile(p, d)
+			if err := e.readJSON(name, &s); err != nil {
+				continue
+			}
+			if s.Point != p || s.Domain != d {
+				e.problem("%s: holds %s/%s", name, s.Point, s.Domain)
+				continue
+			}
+			e.Snapshots[p][d] = &s
+		}
+	}
+	e.readResidue()
+	e.readHistory()
+	e.readFaults()
+}
+
+func (e *Evidence) readResidue() {
+	if _, err := os.Stat(filepath.Join(e.Dir, ResidueFile)); errors.Is(err, os.ErrNotExist) {
+		return
+	}
+	var s Snapshot
+	if e.readJSON(ResidueFile, &s) != nil {
+		return
+	}
+	if s.Point != PointResidue || s.Domain != "processes" {
+		e.problem("%s: holds %s/%s", ResidueFile, s.Point, s.Domain)
+		return
+	}
+	e.Residue = &s
+}
+
+func (e *Evidence) problem(format string, args ...any) {
+	e.Problems = append(e.Problems, fmt.Sprintf(format, args...))
+}
+
+// checkManifest compares the manifest with the files on disk.
+func (e *Evidence) checkManifest() {
+	if _, err := os.Stat(filepath.Join(e.Dir, ManifestFile)); err != nil {
+		e.problem("set not closed: no %s (%v)", ManifestFile, err)
+		return
+	}
+	var m Manifest
+	if e.readJSON(ManifestFile, &m) != nil {
+		return
+	}
+	e.Closed = true
+	disk, err := Hash(e.Dir)
+	if err != nil {
+		e.problem("%v", err)
+		return
+	}
+	onDisk := map[string]ManifestEntry{}
+	for _, f := range disk.Files {
+		onDisk[f.Path] = f
+	}
+	listed := map[string]bool{}
+	for _, f := range m.Files {
+		listed[f.Path] = true
+		d, ok := onDisk[f.Path]
+		switch {
+		case !ok:
+			e.problem("%s: listed in the manifest but missing", f.Path)
+		case d.SHA256 != f.SHA256 || d.Size != f.Size:
+			e.problem("%s: sha256 %s (%d bytes) does not match the manifest's %s (%d bytes)", f.Path, d.SHA256, d.Size, f.SHA256, f.Size)
+		}
+	}
+	for _, f := range disk.Files {
+		if !listed[f.Path] {
+			e.problem("%s: present but not in the manifest", f.Path)
+		}
+	}
+	var h Header
+	if err := json.Unmarshal(mustRead(e.Dir, HeaderFile), &h); err == nil && h.Validate() == nil {
+		for _, f := range h.RequiredFiles() {
+			if !listed[f] {
+				e.problem("%s: required but not in the manifest", f)
+			}
+		}
+	}
+}
+
+func mustRead(dir, name string) []byte {
+	b, _ := os.ReadFile(filepath.Join(dir, name))
+	return b
+}
+
+// readJSON decodes a file of the set, recording a problem on failure.
+func (e *Evidence) readJSON(name string, v any) error {
+	b, err := os.ReadFile(filepath.Join(e.Dir, filepath.FromSlash(name)))
+	if err == nil {
+		dec := json.NewDecoder(bytes.NewReader(b))
+		dec.DisallowUnknownFields()
+		err = dec.Decode(v)
+	}
+	if errors.Is(err, os.ErrNotExist) {
+		e.problem("%s: missing", name)
+		return err
+	}
+	if err != nil {
+		e.problem("%s: unreadable: %v", name, err)
+	}
+	return err
+}
+
+func (e *Evidence) readHistory() {
+	if _, err := os.Stat(filepath.Join(e.Dir, HistoryFile)); err != nil {
+		e.problem("%s: missing", HistoryFile)
+	}
+	var h History
+	if e.readJSON(HistorySummaryFile, &h) != nil {
+		return
+	}
+	e.History = &h
+	switch {
+	case h.Unavailable != "":
+		e.problem("history unavailable: %s", h.Unavailable)
+	case h.Dropped > 0:
+		e.problem("history recorder dropped %d of %d events", h.Dropped, h.Events+h.Dropped)
+	case h.Incomplete:
+		e.problem("history recorder reported its history incomplete")
+	}
+}
+
+func (e *Evidence) readFaults() {
+	b, err := os.ReadFile(filepath.Join(e.Dir, FaultFile))
+	if err != nil {
+		e.problem("%s: %v", FaultFile, err)
+		return
+	}
+	for _, l := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		if l != "" {
+			e.Faults = append(e.Faults, l)
+		}
+	}
+	for _, f := range e.Faults {
+		e.problem("observer fault: %s", f)
+	}
+}

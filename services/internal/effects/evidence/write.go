@@ -1,0 +1,181 @@
+package evidence
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/allox-os/allox/internal/atomicfile"
+)
+
+// Set is an evidence set being written. It is not safe for concurrent use.
+type Set struct {
+	dir    string
+	header Header
+	closed bool
+}
+
+// Create makes dir (which must not exist yet) and writes the header and an
+// empty fault log into it.
+func Create(dir string, h Header) (*Set, error) {
+	if err := h.Validate(); err != nil {
+		return nil, err
+	}
+	if !filepath.IsAbs(dir) {
+		return nil, fmt.Errorf("evidence dir %q: must be an absolute path outside every workspace", dir)
+	}
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		return nil, fmt.Errorf("evidence dir: %w (its parent must exist, and each run needs a new directory)", err)
+	}
+	s := &Set{dir: dir, header: h}
+	for _, p := range h.Points() {
+		if err := os.Mkdir(filepath.Join(dir, p), 0o700); err != nil {
+			return nil, fmt.Errorf("evidence point dir: %w", err)
+		}
+	}
+	if err := atomicfile.Write(filepath.Join(dir, FaultFile), nil, 0o600); err != nil {
+		return nil, err
+	}
+	if err := s.writeJSON(HeaderFile, &s.header); err != nil {
+		return nil, err
+	}
+	return s, nil
+}
+
+// Dir is the set's directory.
+func (s *Set) Dir() string { return s.dir }
+
+// Header returns a copy of the set's header.
+func (s *Set) Header() Header { return s.header }
+
+// Path returns the absolute path of a file in the set, e.g. HistoryFile.
+func (s *Set) Path(name string) string { return filepath.Join(s.dir, name) }
+
+// WriteSnapshot stores snap as the file of its point and domain.
+func (s *Set) WriteSnapshot(snap *Snapshot) error {
+	if !slices.Contains(s.header.Points(), snap.Point) || !slices.Contains(s.header.Domains, snap.Domain) {
+		return fmt.Errorf("BUG: snapshot %s/%s is not part of this set (points %v, domains %v)",
+			snap.Point, snap.Domain, s.header.Points(), s.header.Domains)
+	}
+	if err := snap.Canonicalize(); err != nil {
+		return err
+	}
+	return s.writeJSON(SnapshotFile(snap.Point, snap.Domain), snap)
+}
+
+// WriteResidue stores the processes snapshot taken at PointResidue.
+func (s *Set) WriteResidue(snap *Snapshot) error {
+	if snap.Point != PointResidue || snap.Domain != "processes" {
+		return fmt.Errorf("BUG: residue snapshot is %s/%s, want %s/processes", snap.Point, snap.Domain, PointResidue)
+	}
+	if err := snap.Canonicalize(); err != nil {
+		return err
+	}
+	return s.writeJSON(ResidueFile, snap)
+}
+
+// WriteHistory stores the history recorder's summary.
+func (s *Set) WriteHistory(h History) error { return s.writeJSON(HistorySummaryFile, &h) }
+
+// RecordCapture adds a capture's times to the header and rewrites it.
+func (s *Set) RecordCapture(point string, started, finished time.Time) error {
+	s.header.Captures = append(s.header.Captures, Capture{Point: point, Started: started.UTC(), Finished: finished.UTC()})
+	return s.writeJSON(HeaderFile, &s.header)
+}
+
+// Fault appends one line to the fault log and syncs it.
+func (s *Set) Fault(msg string) error {
+	f, err := os.OpenFile(s.Path(FaultFile), os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o600)
+	if err != nil {
+		return fmt.Errorf("fault log: %w", err)
+	}
+	line := time.Now().UTC().Format(time.RFC3339Nano) + " " + strings.ReplaceAll(msg, "\n", " ") + "\n"
+	_, err = f.WriteString(line)
+	if err == nil {
+		err = f.Sync()
+	}
+	return errors.Join(err, f.Close())
+}
+
+// Close writes the manifest over every file in the set, last and
+// atomically. After Close the set must not be written again.
+func (s *Set) Close() error {
+	if s.closed {
+		return errors.New("BUG: evidence set closed twice")
+	}
+	m, err := Hash(s.dir)
+	if err != nil {
+		return err
+	}
+	if err := s.writeJSON(ManifestFile, m); err != nil {
+		return err
+	}
+	s.closed = true
+	return nil
+}
+
+func (s *Set) writeJSON(name string, v any) error {
+	b, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return fmt.Errorf("encode %s: %w", name, err)
+	}
+	return atomicfile.Write(s.Path(name), append(b, '\n'), 0o600)
+}
+
+// Hash computes the manifest of the files in dir: every regular file except
+// the manifest and the verifier reports, sorted by path.
+func Hash(dir string) (*Manifest, error) {
+	m := &Manifest{Files: []ManifestEntry{}}
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, err := filepath.Rel(dir, p)
+		if err != nil || d.IsDir() || outsideManifest(rel) {
+			return err
+		}
+		if !d.Type().IsRegular() {
+			return fmt.Errorf("evidence %s: not a regular file", rel)
+		}
+		e, err := hashFile(p)
+		if err != nil {
+			return err
+		}
+		e.Path = filepath.ToSlash(rel)
+		m.Files = append(m.Files, e)
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("hash evidence: %w", err)
+	}
+	slices.SortFunc(m.Files, func(a, b ManifestEntry) int { return strings.Compare(a.Path, b.Path) })
+	return m, nil
+}
+
+// outsideManifest names the files a manifest never lists.
+func outsideManifest(rel string) bool {
+	return rel == ManifestFile || rel == ReportFile || rel == RecoveryReportFile
+}
+
+func hashFile(p string) (ManifestEntry, error) {
+	f, err := os.Open(p)
+	if err != nil {
+		return ManifestEntry{}, err
+	}
+	defer f.Close()
+	h := sha256.New()
+	n, err := io.Copy(h, f)
+	if err != nil {
+		return ManifestEntry{}, err
+	}
+	return ManifestEntry{Size: n, SHA256: hex.EncodeToString(h.Sum(nil))}, nil
+}

@@ -1,0 +1,95 @@
+package history
+
+import "golang.org/x/sys/unix"
+
+// syscalls are the syscalls that change system objects, as recorded.
+var syscalls = []syscallSpec{
+	// Files: creation, modification, removal. Opens only when they may write.
+	sc(unix.SYS_OPEN, "open", "*path,flags,mode").only("flags", openWrite),
+	sc(unix.SYS_OPENAT, "openat", "dfd,*path,flags,mode").only("flags", openWrite),
+	sc(unix.SYS_OPENAT2, "openat2", "dfd,*path,how,size").onlyAt("how", openWrite),
+	sc(unix.SYS_CREAT, "creat", "*path,mode"),
+	sc(unix.SYS_UNLINK, "unlink", "*path"),
+	sc(unix.SYS_UNLINKAT, "unlinkat", "dfd,*path,flags"),
+	sc(unix.SYS_RMDIR, "rmdir", "*path"),
+	sc(unix.SYS_RENAME, "rename", "*oldpath,*newpath"),
+	sc(unix.SYS_RENAMEAT, "renameat", "olddfd,*oldpath,newdfd,*newpath"),
+	sc(unix.SYS_RENAMEAT2, "renameat2", "olddfd,*oldpath,newdfd,*newpath,flags"),
+	sc(unix.SYS_MKDIR, "mkdir", "*path,mode"),
+	sc(unix.SYS_MKDIRAT, "mkdirat", "dfd,*path,mode"),
+	sc(unix.SYS_MKNOD, "mknod", "*path,mode,dev"),
+	sc(unix.SYS_MKNODAT, "mknodat", "dfd,*path,mode,dev"),
+	sc(unix.SYS_LINK, "link", "*oldpath,*newpath"),
+	sc(unix.SYS_LINKAT, "linkat", "olddfd,*oldpath,newdfd,*newpath,flags"),
+	sc(unix.SYS_SYMLINK, "symlink", "*target,*linkpath"),
+	sc(unix.SYS_SYMLINKAT, "symlinkat", "*target,newdfd,*linkpath"),
+	sc(unix.SYS_CHMOD, "chmod", "*path,mode"),
+	sc(unix.SYS_FCHMOD, "fchmod", "fd,mode"),
+	sc(unix.SYS_FCHMODAT, "fchmodat", "dfd,*path,mode"),
+	sc(unix.SYS_FCHMODAT2, "fchmodat2", "dfd,*path,mode,flags"),
+	sc(unix.SYS_CHOWN, "chown", "*path,uid,gid"),
+	sc(unix.SYS_LCHOWN, "lchown", "*path,uid,gid"),
+	sc(unix.SYS_FCHOWN, "fchown", "fd,uid,gid"),
+	sc(unix.SYS_FCHOWNAT, "fchownat", "dfd,*path,uid,gid,flags"),
+	sc(unix.SYS_TRUNCATE, "truncate", "*path,+length"),
+	sc(unix.SYS_FTRUNCATE, "ftruncate", "fd,+length"),
+	sc(unix.SYS_UTIMENSAT, "utimensat", "dfd,*path,,flags"),
+	sc(unix.SYS_SETXATTR, "setxattr", "*path,*name,,+size,flags"),
+	sc(unix.SYS_LSETXATTR, "lsetxattr", "*path,*name,,+size,flags"),
+	sc(unix.SYS_FSETXATTR, "fsetxattr", "fd,*name,,+size,flags"),
+	sc(unix.SYS_SETXATTRAT, "setxattrat", "dfd,*path,at_flags,*name,,+size"),
+	sc(unix.SYS_REMOVEXATTR, "removexattr", "*path,*name"),
+	sc(unix.SYS_LREMOVEXATTR, "lremovexattr", "*path,*name"),
+	sc(unix.SYS_FREMOVEXATTR, "fremovexattr", "fd,*name"),
+	sc(unix.SYS_REMOVEXATTRAT, "removexattrat", "dfd,*path,at_flags,*name"),
+
+	// Mounts and the root.
+	sc(unix.SYS_MOUNT, "mount", "*source,*target,*fstype,+flags"),
+	sc(unix.SYS_UMOUNT2, "umount2", "*target,flags"),
+	sc(unix.SYS_MOVE_MOUNT, "move_mount", "from_dfd,*from_path,to_dfd,*to_path,flags"),
+	sc(unix.SYS_FSOPEN, "fsopen", "*fsname,flags"),
+	sc(unix.SYS_FSCONFIG, "fsconfig", "fd,cmd,*key,*value,aux"),
+	sc(unix.SYS_FSMOUNT, "fsmount", "fd,flags,attr_flags"),
+	sc(unix.SYS_FSPICK, "fspick", "dfd,*path,flags"),
+	sc(unix.SYS_OPEN_TREE, "open_tree", "dfd,*path,flags"),
+	sc(unix.SYS_MOUNT_SETATTR, "mount_setattr", "dfd,*path,flags,,+size"),
+	sc(unix.SYS_PIVOT_ROOT, "pivot_root", "*new_root,*put_old"),
+	// Working directories, so that relative paths can be resolved.
+	sc(unix.SYS_CHDIR, "chdir", "*path"),
+	sc(unix.SYS_FCHDIR, "fchdir", "fd"),
+	sc(unix.SYS_CHROOT, "chroot", "*path"),
+	sc(unix.SYS_SWAPON, "swapon", "*path,flags"),
+	sc(unix.SYS_SWAPOFF, "swapoff", "*path"),
+
+	// The kernel: BPF, modules, names, clocks, power.
+	sc(unix.SYS_BPF, "bpf", "cmd,,size"),
+	sc(unix.SYS_INIT_MODULE, "init_module", ",+len,*uargs"),
+	sc(unix.SYS_FINIT_MODULE, "finit_module", "fd,*uargs,flags"),
+	sc(unix.SYS_DELETE_MODULE, "delete_module", "*name,flags"),
+	sc(unix.SYS_KEXEC_LOAD, "kexec_load", "+entry,+nr_segments,,+flags"),
+	sc(unix.SYS_KEXEC_FILE_LOAD, "kexec_file_load", "kernel_fd,initrd_fd,+cmdline_len,*cmdline#cmdline_len,+flags"),
+	sc(unix.SYS_SETHOSTNAME, "sethostname", "*name#len,+len"),
+	sc(unix.SYS_SETDOMAINNAME, "setdomainname", "*name#len,+len"),
+	sc(unix.SYS_SETTIMEOFDAY, "settimeofday", ""),
+	sc(unix.SYS_CLOCK_SETTIME, "clock_settime", "clockid"),
+	sc(unix.SYS_ADJTIMEX, "adjtimex", ""),
+	sc(unix.SYS_CLOCK_ADJTIME, "clock_adjtime", "clockid"),
+	sc(unix.SYS_REBOOT, "reboot", "magic1,magic2,cmd"),
+	sc(unix.SYS_ACCT, "acct", "*path"),
+
+	// Network configuration: sockets and their options (netlink messages
+	// are not decoded).
+	sc(unix.SYS_SOCKET, "socket", "family,type,protocol"),
+	sc(unix.SYS_SETSOCKOPT, "setsockopt", "fd,level,optname,,optlen"),
+
+	// Processes: signals, tracing, namespaces.
+	sc(unix.SYS_KILL, "kill", "pid,sig"),
+	sc(unix.SYS_TKILL, "tkill", "tid,sig"),
+	sc(unix.SYS_TGKILL, "tgkill", "tgid,tid,sig"),
+	sc(unix.SYS_PIDFD_SEND_SIGNAL, "pidfd_send_signal", "pidfd,sig,,flags"),
+	sc(unix.SYS_PTRACE, "ptrace", "+request,pid"),
+	sc(unix.SYS_UNSHARE, "unshare", "+flags"),
+	sc(unix.SYS_SETNS, "setns", "fd,nstype"),
+	sc(unix.SYS_CLONE, "clone", "+flags").only("flags", cloneNew),
+	sc(unix.SYS_CLONE3, "clone3", "args,+size").onlyAt("args", cloneNew),
+}

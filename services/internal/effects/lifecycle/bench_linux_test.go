@@ -1,0 +1,87 @@
+package lifecycle
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/allox-os/allox/internal/rpc"
+	"github.com/allox-os/allox/services/internal/daemon"
+	"github.com/allox-os/allox/services/internal/tracked"
+)
+
+// BenchmarkObserverOverhead measures one managed execution of /bin/true with and without the
+// observer (protocol 2: A + B + verify; protocol 3: plus the recovery and C), in a session with a
+// small workspace and with 10,000 files. The "added-ms" metric is the observer's latency over the
+// unobserved run measured in the same benchmark; the target is at most 250 ms per pass.
+func BenchmarkObserverOverhead(b *testing.B) {
+	for _, files := range []int{10, 10000} {
+		b.Run(fmt.Sprintf("files=%d", files), func(b *testing.B) {
+			e := newEnv(b, "")
+			e.session("s1")
+			current, _, _, err := e.ws.Store.SessionPaths("a", "s1")
+			if err != nil {
+				b.Fatal(err)
+			}
+			for i := range files {
+				d := filepath.Join(current, fmt.Sprintf("d%03d", i/100))
+				if err := os.MkdirAll(d, 0o755); err != nil {
+					b.Fatal(err)
+				}
+				if err := os.WriteFile(filepath.Join(d, fmt.Sprintf("f%05d", i)), []byte("content\n"), 0o644); err != nil {
+					b.Fatal(err)
+				}
+			}
+			base := timeRuns(b, e, nil)
+			v2 := timeRuns(b, e, &daemon.RunParams{})
+			v3 := timeRuns(b, e, &daemon.RunParams{Recovery: &rpc.Recovery{}})
+			b.ReportMetric(float64(base.Microseconds())/1000, "unobserved-ms")
+			b.ReportMetric(float64((v2-base).Microseconds())/1000, "v2-added-ms")
+			b.ReportMetric(float64((v3-base).Microseconds())/1000, "v3-added-ms")
+			b.ReportMetric(float64(v2)/float64(base), "v2-ratio")
+		})
+	}
+}
+
+// timeRuns returns the median time of b.N runs of /bin/true: without the observer (rp == nil) or
+// through the plugin with rp.
+func timeRuns(b *testing.B, e *env, rp *daemon.RunParams) time.Duration {
+	b.Helper()
+	var times []time.Duration
+	for range max(b.N, 5) {
+		start := time.Now()
+		var err error
+		if rp == nil {
+			err = e.plain("s1", "/bin/true")
+		} else {
+			var st *tracked.Status
+			if st, err = e.start("s1", *rp, false, "/bin/true"); err == nil && e.effects(st).Fenced {
+				err = fmt.Errorf("run fenced: %s", st.Effects)
+			}
+		}
+		if err != nil {
+			b.Fatal(err)
+		}
+		times = append(times, time.Since(start))
+	}
+	return median(times)
+}
+
+// plain runs argv without the observer.
+func (e *env) plain(session string, argv ...string) error {
+	st, err := e.ws.StartProcess(context.Background(), tracked.StartRequest{AgentID: "a", SessionID: session, Argv: argv})
+	if err != nil {
+		return err
+	}
+	_, err = e.ws.Runs.Wait(context.Background(), st.RunID)
+	return err
+}
+
+func median(d []time.Duration) time.Duration {
+	slices.Sort(d)
+	return d[len(d)/2]
+}

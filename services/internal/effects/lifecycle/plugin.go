@@ -1,0 +1,162 @@
+package lifecycle
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/allox-os/allox/internal/rpc"
+	"github.com/allox-os/allox/services/internal/daemon"
+	"github.com/allox-os/allox/services/internal/store"
+	"github.com/allox-os/allox/services/internal/tracked"
+	"github.com/allox-os/allox/services/internal/workspace"
+)
+
+// Config configures the plugin (the daemon's --observer flags).
+type Config struct {
+	Libexec  string // directory of the four programs
+	Pins     string // their sha256 pins
+	Scope    string // optional scope file
+	Evidence string // parent of the evidence sets, outside every workspace (STATE/effects)
+	// StoreRoot and StoreState are handed to the recover program (the daemon's --root, --state).
+	StoreRoot, StoreState string
+	// StepTimeout bounds each capture, the recovery and the verifier; default 2 minutes.
+	StepTimeout time.Duration
+}
+
+// Plugin is the system-effects observer's daemon side.
+type Plugin struct {
+	cfg  Config
+	ws   *workspace.Service
+	pins Pins
+
+	mu        sync.Mutex
+	exclusive map[string]string       // session key → id of the protocol 3 run that holds the session
+	running   map[string]*runObserver // run id → its observer, while the run lives
+}
+
+// New reads the pins and checks that every program has one. Contents are checked against the pins
+// each time a program is used, never only once: a program changed later (e.g. overmounted) is
+// caught at its next use, and the session fenced.
+func New(cfg Config, ws *workspace.Service) (*Plugin, error) {
+	if cfg.StepTimeout == 0 {
+		cfg.StepTimeout = 2 * time.Minute
+	}
+	pins, err := ReadPins(cfg.Pins)
+	if err != nil {
+		return nil, err
+	}
+	for _, name := range []string{ObserveProgram, VerifyProgram, RecoveryVerifyProgram, RecoverProgram} {
+		if _, ok := pins[filepath.Join(cfg.Libexec, name)]; !ok {
+			return nil, fmt.Errorf("system-effects observer: %s has no pin in %s: %w", name, cfg.Pins, ErrPin)
+		}
+	}
+	return &Plugin{cfg: cfg, ws: ws, pins: pins, exclusive: map[string]string{}, running: map[string]*runObserver{}}, nil
+}
+
+// Register adds the host-only observer.abort action: the control plane ends a run's observation,
+// exactly as if the observer had crashed (the session is fenced and the run killed).
+func (p *Plugin) Register(r *daemon.Router) error {
+	return r.Register(rpc.ActionObserverAbort, daemon.Action{Handler: p.abort, HostOnly: true})
+}
+
+func (p *Plugin) abort(_ context.Context, c *daemon.Call) (any, error) {
+	var params struct {
+		RunID string `json:"run_id"`
+	}
+	if err := rpc.DecodeParams(c.Params, &params); err != nil {
+		return nil, err
+	}
+	p.mu.Lock()
+	ro := p.running[params.RunID]
+	p.mu.Unlock()
+	if ro == nil || ro.obs == nil {
+		return nil, rpc.Errorf(rpc.CodeNotFound, "params.run_id",
+			"run %q has no observer running; process.list shows the live runs", params.RunID)
+	}
+	ro.obs.kill()
+	return map[string]any{"run_id": params.RunID, "aborted": true}, nil
+}
+
+func sessionKey(agent, session string) string { return agent + "/" + session }
+
+// Prepare implements daemon.RunHook.
+func (p *Plugin) Prepare(ctx context.Context, req *tracked.StartRequest, rp daemon.RunParams) (func(), error) {
+	key := sessionKey(req.AgentID, req.SessionID)
+	p.mu.Lock()
+	holder := p.exclusive[key]
+	p.mu.Unlock()
+	if holder != "" {
+		return nil, fmt.Errorf("%w: run %s is being recovered under observer protocol 3 and holds session %s; wait for it (process.wait)",
+			workspace.ErrBusy, holder, key)
+	}
+	ro := &runObserver{p: p, agent: req.AgentID, session: req.SessionID, protocol: 2}
+	undo := func() {}
+	if rp.CheckpointID != "" && rp.Recovery == nil {
+		return nil, rpc.Errorf(rpc.CodeInvalidParams, "params.checkpoint_id",
+			"params.checkpoint_id names the baseline a recovery restores; add params.recovery (protocol 3) or leave it out")
+	}
+	if rp.Recovery != nil {
+		ro.protocol, ro.recovery = 3, *rp.Recovery
+		ro.requireConsistent = rp.Recovery.RequireConsistent == nil || *rp.Recovery.RequireConsistent
+		if n := p.ws.Runs.Active(req.AgentID, req.SessionID); n > 0 {
+			return nil, fmt.Errorf("%w: observer protocol 3 restores the whole Session Workspace, and %d run(s) are live in session %s; wait for them",
+				workspace.ErrBusy, n, key)
+		}
+		var err error
+		if ro.baseline, undo, err = p.baseline(req.AgentID, req.SessionID, rp.CheckpointID); err != nil {
+			return nil, err
+		}
+		p.mu.Lock()
+		p.exclusive[key] = "(starting)"
+		p.mu.Unlock()
+		prevUndo := undo
+		undo = func() { p.release(key); prevUndo() }
+	}
+	req.Observer = ro
+	return undo, nil
+}
+
+// baseline returns the checkpoint a protocol 3 recovery restores: a fresh one, created and pinned
+// now, or the caller's, which must exist (and is pinned). undo removes what this call added.
+func (p *Plugin) baseline(agent, session, id string) (string, func(), error) {
+	if id != "" {
+		cp, err := p.ws.Store.GetCheckpoint(agent, session, id)
+		if err != nil {
+			return "", nil, err
+		}
+		if cp.Pinned {
+			return id, func() {}, nil
+		}
+		if err := p.ws.Store.Pin(agent, session, id, true); err != nil {
+			return "", nil, err
+		}
+		return id, func() { _ = p.ws.Store.Pin(agent, session, id, false) }, nil
+	}
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	id = "observer-" + strings.ToLower(time.Now().UTC().Format("20060102T150405Z")) + "-" + hex.EncodeToString(b[:])
+	if _, err := p.ws.CreateCheckpoint(agent, session, id, store.CheckpointOptions{
+		Labels: map[string]string{"allox.observer": "baseline"}}); err != nil {
+		return "", nil, fmt.Errorf("observer baseline checkpoint: %w", err)
+	}
+	if err := p.ws.Store.Pin(agent, session, id, true); err != nil {
+		_ = p.ws.Store.DeleteCheckpoint(agent, session, id)
+		return "", nil, fmt.Errorf("observer baseline checkpoint: %w", err)
+	}
+	return id, func() {
+		_ = p.ws.Store.Pin(agent, session, id, false)
+		_ = p.ws.Store.DeleteCheckpoint(agent, session, id)
+	}, nil
+}
+
+func (p *Plugin) release(key string) {
+	p.mu.Lock()
+	delete(p.exclusive, key)
+	p.mu.Unlock()
+}
