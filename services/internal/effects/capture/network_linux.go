@@ -1,6 +1,7 @@
 package capture
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/vishvananda/netlink"
@@ -60,7 +61,12 @@ func Network() *evidence.Snapshot {
 			r.Table, r.Family, r.Dst, r.Gw, name(r.LinkIndex), r.Src, r.Protocol, r.Scope, r.Type, r.Priority, r.MultiPath)]++
 	}
 	rules, err := netlink.RuleList(netlink.FAMILY_ALL)
-	if err != nil {
+	switch {
+	case errors.Is(err, unix.EOPNOTSUPP):
+		// A kernel without policy routing (CONFIG_FIB_RULES off, as in the Allox guest) has no
+		// RTM_GETRULE handler: there are no rules, and none can be added. That is definite.
+		s.Note = "no policy routing in this kernel: no routing rules can exist"
+	case err != nil:
 		return unconfirmed("rules: " + err.Error())
 	}
 	for _, r := range rules {
