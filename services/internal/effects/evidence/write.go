@@ -116,19 +116,55 @@ func (s *Set) Close() error {
 	if err != nil {
 		return err
 	}
-	if err := s.writeJSON(ManifestFile, m); err != nil {
+	// The files were written without fsync (a set is only worth anything once closed): make them
+	// and their directories durable before the manifest that vouches for them.
+	if err := syncTree(s.dir); err != nil {
+		return err
+	}
+	b, err := json.MarshalIndent(m, "", "  ")
+	if err != nil {
+		return fmt.Errorf("encode %s: %w", ManifestFile, err)
+	}
+	if err := atomicfile.Write(s.Path(ManifestFile), append(b, '\n'), 0o600); err != nil {
 		return err
 	}
 	s.closed = true
 	return nil
 }
 
+// writeJSON writes one file of the set. It is not synced here: Close syncs everything before
+// it writes the manifest, and a set without its manifest counts as unclosed whatever it holds.
 func (s *Set) writeJSON(name string, v any) error {
 	b, err := json.MarshalIndent(v, "", "  ")
 	if err != nil {
 		return fmt.Errorf("encode %s: %w", name, err)
 	}
-	return atomicfile.Write(s.Path(name), append(b, '\n'), 0o600)
+	tmp := s.Path(name) + ".tmp"
+	if err := os.WriteFile(tmp, append(b, '\n'), 0o600); err != nil {
+		return fmt.Errorf("write %s: %w", name, err)
+	}
+	return os.Rename(tmp, s.Path(name))
+}
+
+// syncTree fsyncs every file and directory below dir.
+func syncTree(dir string) error {
+	return filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		f, err := os.Open(p)
+		if err != nil {
+			return err
+		}
+		err = f.Sync()
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return fmt.Errorf("sync evidence %s: %w", p, err)
+		}
+		return nil
+	})
 }
 
 // Hash computes the manifest of the files in dir: every regular file except
