@@ -123,7 +123,7 @@ func (o *observer) stopHistory() error {
 	}
 	sum, err := o.rec.Stop()
 	o.rec = nil
-	err = errors.Join(err, o.histOut.Sync(), o.histOut.Close())
+	err = errors.Join(err, o.histOut.Close()) // synced with the whole set at close
 	if werr := o.set.WriteHistory(sum); werr != nil {
 		return errors.Join(err, werr)
 	}

@@ -37,6 +37,13 @@ func (r *Recorder) read() {
 	for {
 		r.reader.SetDeadline(time.Now().Add(pollInterval))
 		err := r.reader.ReadInto(&rec)
+		if errors.Is(err, ringbuf.ErrFlushed) {
+			// Stop flushed the reader after the detach: every record is in.
+			if r.werr == nil {
+				r.werr = r.out.Flush()
+			}
+			return
+		}
 		if errors.Is(err, os.ErrDeadlineExceeded) {
 			// Idle: hand the buffered lines to the writer.
 			if r.werr == nil {
