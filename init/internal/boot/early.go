@@ -1,6 +1,10 @@
 package boot
 
-import "golang.org/x/sys/unix"
+import (
+	"context"
+
+	"golang.org/x/sys/unix"
+)
 
 const (
 	nosuid = unix.MS_NOSUID
@@ -15,6 +19,7 @@ const LogDir = "/run/allox/log"
 // root filesystem is read-only in image mode), /dev links and cgroup v2.
 func Early() []Step {
 	return []Step{
+		RootMount{},
 		Mount{"proc", "/proc", "proc", nosuid | nodev | noexec, ""},
 		Mount{"sysfs", "/sys", "sysfs", nosuid | nodev | noexec, ""},
 		Mount{"devtmpfs", "/dev", "devtmpfs", nosuid, "mode=0755"},
@@ -33,4 +38,21 @@ func Early() []Step {
 		Opt{Mount{"bpf", "/sys/fs/bpf", "bpf", nosuid | nodev | noexec, "mode=0700"}},
 		Opt{Mount{"tracefs", "/sys/kernel/tracing", "tracefs", nosuid | nodev | noexec, ""}},
 	}
+}
+
+// RootMount turns an initramfs root into a mount of its own. The kernel's initial rootfs can
+// never be pivoted away from, so without this every bubblewrap sandbox fails in initrd mode
+// ("pivot_root: Invalid argument"); a recursive bind of / moved onto / can be. In image mode the
+// root is already a real mount and nothing happens.
+type RootMount struct{}
+
+func (RootMount) String() string { return "make / a mount of its own if it is the initramfs" }
+
+// Run calls Sys.LeaveRootfs; a root that already is a mount (image mode) is left alone.
+func (RootMount) Run(_ context.Context, sys *Sys) error {
+	if sys.LeaveRootfs == nil {
+		return nil
+	}
+	_, err := sys.LeaveRootfs()
+	return err
 }

@@ -29,6 +29,7 @@ func Kernel() *Sys {
 		DefaultRoute: netconf.DefaultRoute,
 		Mkfs:         MkfsBtrfs("/"),
 		Loop:         AttachLoop,
+		LeaveRootfs:  leaveRootfs,
 		StoreWait:    2 * time.Second,
 	}
 }
@@ -123,4 +124,38 @@ func autoclear(l *os.File) error {
 	}
 	info.Flags |= unix.LO_FLAGS_AUTOCLEAR
 	return unix.IoctlLoopSetStatus64(int(l.Fd()), info)
+}
+
+// leaveRootfs makes / a mount of its own when it is the kernel's initial rootfs (ramfs or tmpfs,
+// the initramfs): / is bound recursively onto /.allox-root, which is then moved onto / and made the
+// root. The initramfs contents stay where they are; nothing is copied.
+func leaveRootfs() (bool, error) {
+	var st unix.Statfs_t
+	if err := unix.Statfs("/", &st); err != nil {
+		return false, err
+	}
+	if st.Type != unix.RAMFS_MAGIC && st.Type != unix.TMPFS_MAGIC {
+		return false, nil
+	}
+	const tmp = "/.allox-root"
+	if err := os.Mkdir(tmp, 0o700); err != nil && !errors.Is(err, os.ErrExist) {
+		return false, err
+	}
+	steps := []struct {
+		what string
+		fn   func() error
+	}{
+		{"bind / on " + tmp, func() error { return unix.Mount("/", tmp, "", unix.MS_BIND|unix.MS_REC, "") }},
+		{"chdir " + tmp, func() error { return unix.Chdir(tmp) }},
+		{"move " + tmp + " onto /", func() error { return unix.Mount(".", "/", "", unix.MS_MOVE, "") }},
+		{"chroot", func() error { return unix.Chroot(".") }},
+		{"chdir /", func() error { return unix.Chdir("/") }},
+	}
+	for _, s := range steps {
+		if err := s.fn(); err != nil {
+			return false, fmt.Errorf("%s: %w", s.what, err)
+		}
+	}
+	_ = os.Remove(tmp) // the now empty mount point, seen through the new root
+	return true, nil
 }

@@ -66,6 +66,9 @@ type Sys struct {
 	Loop func(file string) (dev string, release func() error, err error)
 	// Notify shows a Notice on the console; nil drops notices.
 	Notify func(Notice)
+	// LeaveRootfs makes the root directory a mount of its own when it is the kernel's initial
+	// rootfs (initrd mode), reporting false when it is not; nil does nothing.
+	LeaveRootfs func() (bool, error)
 
 	// StoreWait is how long the store step looks for its disk before it falls back to RAM.
 	StoreWait time.Duration

@@ -136,3 +136,21 @@ func TestMountAlreadyMounted(t *testing.T) {
 		t.Fatalf("Run = %v, mounts %q; want a skip and no recorded mount", err, sys.Mounts())
 	}
 }
+
+// TestRootMount checks that the step leaves the initramfs through Sys.LeaveRootfs and stops the
+// boot when that fails (every sandbox would fail after it).
+func TestRootMount(t *testing.T) {
+	called := 0
+	sys := &Sys{LeaveRootfs: func() (bool, error) { called++; return true, nil }}
+	if err := (RootMount{}).Run(context.Background(), sys); err != nil || called != 1 {
+		t.Fatalf("Run = %v after %d calls, want nil after 1", err, called)
+	}
+	boom := errors.New("bind / failed")
+	sys.LeaveRootfs = func() (bool, error) { return false, boom }
+	if err := (RootMount{}).Run(context.Background(), sys); !errors.Is(err, boom) {
+		t.Fatalf("Run = %v, want the failure", err)
+	}
+	if !Required(RootMount{}) {
+		t.Error("RootMount must be required")
+	}
+}
