@@ -12,12 +12,13 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"strconv"
 	"strings"
 	"time"
 )
 
 // recipe changes whenever the way we configure or build changes, invalidating cached builds.
-const recipe = "allox-kernel-recipe-1"
+const recipe = "allox-kernel-recipe-3"
 
 // Spec is everything that determines the kernel.
 type Spec struct {
@@ -212,11 +213,28 @@ func jobs(n int) int {
 	return runtime.NumCPU()
 }
 
-// kbuildEnv makes the build independent of who builds it, where and when.
-func kbuildEnv(epoch int64) []string {
+// kbuildEnv makes the build independent of who builds it, where and when. The source tree lives under the
+// cache directory, so its path is mapped away (-ffile-prefix-map) or vmlinux's DWARF would name it. A set
+// KBUILD_BUILD_TIMESTAMP also keeps pahole older than 1.27 single-threaded (scripts/Makefile.btf), which is
+// what makes BTF reproducible.
+func kbuildEnv(epoch int64, srcdir string) []string {
 	ts := time.Unix(epoch, 0).UTC().Format("Mon Jan _2 15:04:05 UTC 2006")
-	return append(os.Environ(), "KBUILD_BUILD_TIMESTAMP="+ts, "KBUILD_BUILD_USER=allox",
-		"KBUILD_BUILD_HOST=allox", "KBUILD_BUILD_VERSION=1", "LC_ALL=C", "TZ=UTC")
+	// No trailing slash: DWARF's compile directory is srcdir itself, which "srcdir/=" never matched
+	// (make repro-kernel found the tree's path in .debug_str and .debug_line_str, and so in the
+	// build id that bzImage carries).
+	prefixMap := "-ffile-prefix-map=" + srcdir + "=."
+	var env []string
+	for _, kv := range os.Environ() {
+		switch k, _, _ := strings.Cut(kv, "="); k {
+		case "KCFLAGS", "KAFLAGS", "KCPPFLAGS", "KBUILD_BUILD_TIMESTAMP", "KBUILD_BUILD_USER",
+			"KBUILD_BUILD_HOST", "KBUILD_BUILD_VERSION", "LC_ALL", "TZ", "SOURCE_DATE_EPOCH":
+			continue // ours below; an inherited one would make the build depend on the caller
+		}
+		env = append(env, kv)
+	}
+	return append(env, "KBUILD_BUILD_TIMESTAMP="+ts, "KBUILD_BUILD_USER=allox",
+		"KBUILD_BUILD_HOST=allox", "KBUILD_BUILD_VERSION=1", "LC_ALL=C", "TZ=UTC",
+		"KCFLAGS="+prefixMap, "KAFLAGS="+prefixMap, "SOURCE_DATE_EPOCH="+strconv.FormatInt(epoch, 10))
 }
 
 func writeJSON(path string, v any) error {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -107,5 +108,24 @@ func TestSourceHashMismatch(t *testing.T) {
 	_, err := src.Fetch(context.Background(), dir)
 	if err == nil || !strings.Contains(err.Error(), "the spec pins "+strings.Repeat("0", 64)) {
 		t.Fatalf("error = %v, want a hash mismatch naming the pinned hash", err)
+	}
+}
+
+// TestKbuildEnvMapsSourceDir checks the build environment that makes two builds in different
+// directories identical: the tree's path is mapped away without a trailing slash (DWARF's compile
+// directory is the tree itself), and the caller's own flags never leak in.
+func TestKbuildEnvMapsSourceDir(t *testing.T) {
+	t.Setenv("KCFLAGS", "-O0")
+	env := kbuildEnv(0, "/cache/kernel/work/tree-1/linux")
+	want := []string{"KCFLAGS=-ffile-prefix-map=/cache/kernel/work/tree-1/linux=.",
+		"KAFLAGS=-ffile-prefix-map=/cache/kernel/work/tree-1/linux=.", "KBUILD_BUILD_VERSION=1",
+		"KBUILD_BUILD_USER=allox", "KBUILD_BUILD_HOST=allox", "SOURCE_DATE_EPOCH=0"}
+	for _, w := range want {
+		if !slices.Contains(env, w) {
+			t.Errorf("kbuildEnv lacks %q", w)
+		}
+	}
+	if slices.Contains(env, "KCFLAGS=-O0") {
+		t.Error("the caller's KCFLAGS leaked into the kernel build")
 	}
 }

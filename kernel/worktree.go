@@ -63,7 +63,7 @@ func (w *workTree) remove() {
 func (w *workTree) make(ctx context.Context, logTo io.Writer, args ...string) error {
 	cmd := exec.CommandContext(ctx, "make", args...)
 	cmd.Dir = w.dir
-	cmd.Env = kbuildEnv(w.spec.Epoch)
+	cmd.Env = kbuildEnv(w.spec.Epoch, w.dir)
 	var tail bytes.Buffer
 	cmd.Stdout = io.MultiWriter(logTo, &tail)
 	cmd.Stderr = cmd.Stdout
