@@ -6,8 +6,8 @@ set -euo pipefail
 packages=(
   # kernel build
   gcc make bc bison flex libelf-dev libssl-dev dwarves xz-utils patch
-  # rootfs: Debian userland, ext4 image, reference checkers
-  mmdebstrap e2fsprogs fdisk cpio btrfs-progs bubblewrap
+  # rootfs: Debian userland, ext4 image, reference checkers; dm-verity hash tree (veritysetup)
+  mmdebstrap e2fsprogs fdisk cpio btrfs-progs bubblewrap cryptsetup-bin
   # boot
   qemu-system-x86
   # BPF C for the process-tree provider (make generate)

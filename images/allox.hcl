@@ -66,6 +66,9 @@ kata {
   boot_mode     = "image"
   rootfs_type   = "ext4"
   kernel_params = ["cgroup_no_v1=all", "systemd.unified_cgroup_hierarchy=1"]
+  # Kata's default NVDIMM attachment (/dev/pmem0p1 with dax): the image gets the 2 MiB DAX header
+  # and a size that is a multiple of 128 MiB; it still boots as virtio-blk (/dev/vda1).
+  nvdimm        = true
 }
 
 output {

@@ -31,6 +31,25 @@ type DiskOptions struct {
 	HashSeed string
 	// Mtime stamps every inode (e.g. from SOURCE_DATE_EPOCH) and stands in for the clock in mke2fs.
 	Mtime time.Time
+	// Verity adds partition 2, right after the filesystem and 1 MiB aligned, holding the dm-verity
+	// hash tree of partition 1 (see FormatVerity), as Kata's measured rootfs lays it out. VeritySalt is
+	// the tree's salt: fixed by the caller, derived from the image, never random.
+	Verity     bool
+	VeritySalt []byte
+}
+
+// Disk describes a written disk image.
+type Disk struct {
+	// FilesystemBytes is the size of partition 1, the ext4 filesystem.
+	FilesystemBytes int64
+	// Verity holds the hash tree's parameters when DiskOptions.Verity was set, nil otherwise.
+	Verity *VerityParams
+}
+
+// part is one partition to assemble: the file holding its content, its offset and size in bytes.
+type part struct {
+	src          string
+	start, bytes int64
 }
 
 const (
@@ -42,43 +61,73 @@ const (
 
 var uuidRE = regexp.MustCompile(`^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$`)
 
-// WriteDisk writes an MBR disk image at path: one Linux (0x83) partition starting at 1 MiB (sector 2048)
-// and spanning the rest, holding an ext4 filesystem populated from tree. It needs mke2fs and debugfs
-// (e2fsprogs) but neither root nor loop devices. The image is written next to path and renamed into
-// place; the same tree and options always give the same bytes.
-func WriteDisk(ctx context.Context, path string, tree *initramfs.Tree, opt DiskOptions) error {
+// WriteDisk writes an MBR disk image at path: a Linux (0x83) partition starting at 1 MiB (sector 2048)
+// holding an ext4 filesystem populated from tree and spanning the rest, or, with opt.Verity, all but
+// the last MiBs, which partition 2 (also 0x83, partition 1 marked bootable, as Kata's image builder
+// does) fills with the filesystem's dm-verity hash tree. It needs mke2fs and debugfs (e2fsprogs) and,
+// for verity, veritysetup (cryptsetup-bin), but neither root nor loop devices. The image is written
+// next to path and renamed into place; the same tree and options always give the same bytes.
+func WriteDisk(ctx context.Context, path string, tree *initramfs.Tree, opt DiskOptions) (*Disk, error) {
+	d, err := writeDisk(ctx, path, tree, opt)
+	if err != nil {
+		return nil, fmt.Errorf("write disk %s: %w", path, err)
+	}
+	return d, nil
+}
+
+func writeDisk(ctx context.Context, path string, tree *initramfs.Tree, opt DiskOptions) (*Disk, error) {
 	entries := tree.Entries()
 	sizeMiB, err := checkDiskOptions(opt, entries)
 	if err != nil {
-		return fmt.Errorf("write disk %s: %w", path, err)
+		return nil, err
 	}
 	for _, tool := range []string{"mke2fs", "debugfs"} {
 		if _, err := lookTool(tool); err != nil {
-			return fmt.Errorf("write disk %s: %s not found: apt-get install e2fsprogs", path, tool)
+			return nil, fmt.Errorf("%s not found: apt-get install e2fsprogs", tool)
 		}
 	}
 	work, err := os.MkdirTemp("", "allox-disk-")
 	if err != nil {
-		return fmt.Errorf("write disk %s: %w", path, err)
+		return nil, err
 	}
 	defer os.RemoveAll(work)
 
+	size := int64(sizeMiB) * mib
+	d := &Disk{FilesystemBytes: size - partitionOffset}
+	if opt.Verity {
+		d.FilesystemBytes -= verityReserve(d.FilesystemBytes)
+	}
 	fsImage := filepath.Join(work, "rootfs.ext4")
-	fsBytes := int64(sizeMiB)*mib - partitionOffset
-	if err := makeExt4(ctx, work, fsImage, fsBytes, entries, opt); err != nil {
-		return fmt.Errorf("write disk %s: %w", path, err)
+	if err := makeExt4(ctx, work, fsImage, d.FilesystemBytes, entries, opt); err != nil {
+		return nil, err
+	}
+	parts := []part{{fsImage, partitionOffset, d.FilesystemBytes}}
+	if opt.Verity {
+		hashImage := filepath.Join(work, "rootfs.verity")
+		p, err := FormatVerity(ctx, fsImage, hashImage, opt.VeritySalt)
+		if err != nil {
+			return nil, err
+		}
+		d.Verity = &p
+		parts = append(parts, part{hashImage, partitionOffset + d.FilesystemBytes, size - partitionOffset - d.FilesystemBytes})
 	}
 	tmp := filepath.Join(filepath.Dir(path), "."+filepath.Base(path)+".tmp")
 	os.Remove(tmp)
-	if err := assemble(tmp, int64(sizeMiB)*mib, fsImage); err != nil {
+	if err := assemble(tmp, size, parts); err != nil {
 		os.Remove(tmp)
-		return fmt.Errorf("write disk %s: %w", path, err)
+		return nil, err
 	}
 	if err := os.Rename(tmp, path); err != nil {
 		os.Remove(tmp)
-		return fmt.Errorf("write disk %s: %w", path, err)
+		return nil, err
 	}
-	return nil
+	return d, nil
+}
+
+// verityReserve is the whole MiBs partition 2 needs for the hash tree of a filesystem of at most
+// fsBytes: carving them off the filesystem only shrinks the tree.
+func verityReserve(fsBytes int64) int64 {
+	return (verityHashBytes(fsBytes) + mib - 1) / mib * mib
 }
 
 // checkDiskOptions validates opt and returns the image size in MiB.
@@ -101,17 +150,25 @@ func checkDiskOptions(opt DiskOptions, entries []initramfs.Entry) (int, error) {
 			errs = append(errs, fmt.Errorf("%q: a path with a line break cannot be written to ext4 by debugfs; rename it", e.Path))
 		}
 	}
+	if opt.Verity && len(opt.VeritySalt) == 0 {
+		errs = append(errs, errors.New("VeritySalt is empty: derive one from the image (e.g. a sha256 of the spec); Kata's runtime refuses an empty salt"))
+	}
 	content := contentBytes(entries)
+	need := content + content/10 + 16*mib + partitionOffset
 	auto := int((content*13/10 + 64*mib + mib - 1) / mib)
+	if opt.Verity {
+		auto += int(verityReserve(int64(auto)*mib) / mib)
+		need += verityReserve(need)
+	}
 	size := opt.SizeMiB
 	switch {
 	case size == 0:
 		size = auto
 	case size < 0 || size > maxImageMiB:
 		errs = append(errs, fmt.Errorf("SizeMiB %d: want 0 (automatic, %d here) or up to %d (the MBR limit)", size, auto, maxImageMiB))
-	case int64(size)*mib < content+content/10+16*mib+partitionOffset:
+	case int64(size)*mib < need:
 		errs = append(errs, fmt.Errorf("SizeMiB %d is too small for %d MiB of content: use at least %d, or 0 for automatic (%d)",
-			size, content/mib, (content+content/10+16*mib+partitionOffset+mib-1)/mib, auto))
+			size, content/mib, (need+mib-1)/mib, auto))
 	}
 	return size, errors.Join(errs...)
 }
@@ -138,17 +195,19 @@ func truncate(s string, n int) string {
 	return s[:n]
 }
 
-// assemble creates the disk image with go-diskfs's MBR and copies the filesystem into partition 1.
-func assemble(path string, size int64, fsImage string) error {
+// assemble creates the disk image with go-diskfs's MBR, one Linux partition per part, and copies
+// each part's content into its partition. With more than one partition the first is marked bootable,
+// as parted's "set 1 boot on" does in Kata's image builder.
+func assemble(path string, size int64, parts []part) error {
 	d, err := diskfs.Create(path, size, diskfs.SectorSizeDefault)
 	if err != nil {
 		return err
 	}
-	start, sectors := uint32(partitionOffset/sectorSize), uint32(size/sectorSize-partitionOffset/sectorSize)
-	table := &mbr.Table{
-		LogicalSectorSize:  sectorSize,
-		PhysicalSectorSize: sectorSize,
-		Partitions:         []*mbr.Partition{linuxPartition(start, sectors)},
+	table := &mbr.Table{LogicalSectorSize: sectorSize, PhysicalSectorSize: sectorSize}
+	for i, p := range parts {
+		e := linuxPartition(i+1, uint32(p.start/sectorSize), uint32(p.bytes/sectorSize))
+		e.Bootable = i == 0 && len(parts) > 1
+		table.Partitions = append(table.Partitions, e)
 	}
 	if err := d.Partition(table); err != nil {
 		d.Close()
@@ -157,13 +216,18 @@ func assemble(path string, size int64, fsImage string) error {
 	if err := d.Close(); err != nil {
 		return err
 	}
-	return copySparse(path, partitionOffset, fsImage)
+	for _, p := range parts {
+		if err := copySparse(path, p.start, p.src); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // linuxPartition is an MBR entry of type 0x83 with CHS fields computed for the usual 255 heads and
 // 63 sectors per track (capped at 1023/254/63 beyond what CHS can address).
-func linuxPartition(start, sectors uint32) *mbr.Partition {
-	p := &mbr.Partition{Index: 1, Type: mbr.Linux, Start: start, Size: sectors}
+func linuxPartition(index int, start, sectors uint32) *mbr.Partition {
+	p := &mbr.Partition{Index: index, Type: mbr.Linux, Start: start, Size: sectors}
 	p.StartCylinder, p.StartHead, p.StartSector = chs(start)
 	p.EndCylinder, p.EndHead, p.EndSector = chs(start + sectors - 1)
 	return p

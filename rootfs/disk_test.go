@@ -74,7 +74,7 @@ func diskTree(t *testing.T, reverse bool) *initramfs.Tree {
 func writeTestDisk(t *testing.T, tr *initramfs.Tree, opt DiskOptions) string {
 	t.Helper()
 	img := filepath.Join(t.TempDir(), "rootfs.img")
-	if err := WriteDisk(context.Background(), img, tr, opt); err != nil {
+	if _, err := WriteDisk(context.Background(), img, tr, opt); err != nil {
 		t.Fatal(err)
 	}
 	return img

@@ -3,6 +3,12 @@
 // (Overlay.Apply), and written as the disk image Kata boots in image mode (WriteDisk): an MBR with one
 // Linux partition at 1 MiB holding an ext4 filesystem, root=/dev/vda1, /sbin/init.
 //
+// With DiskOptions.Verity the image is laid out as Kata's measured rootfs: partition 1 the ext4
+// filesystem, partition 2 (right after it, 1 MiB aligned) its dm-verity hash tree, made by Debian's
+// veritysetup (FormatVerity) on the filesystem image file: format 1, sha256, 4 KiB blocks, no
+// superblock (Kata's runtimes put hash offset 0 in the dm-verity table), a salt the caller derives.
+// The kernel then mounts /dev/dm-0, built at boot from dm-mod.create (see deploy/kata.VerityCmdline).
+//
 // # Why the ext4 filesystem is made by mke2fs and not by go-diskfs
 //
 // go-diskfs v1.9.4 was tried on the real userland (about 1,400 entries, 30 MB) and cannot produce an

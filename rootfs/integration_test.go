@@ -136,13 +136,15 @@ func TestDefaultImage(t *testing.T) {
 
 	img := filepath.Join(t.TempDir(), "allox.img")
 	start := time.Now()
-	must(t, WriteDisk(context.Background(), img, tr, testOptions))
+	_, err = WriteDisk(context.Background(), img, tr, testOptions)
+	must(t, err)
 	fi, err := os.Stat(img)
 	must(t, err)
 	t.Logf("disk image: %d MiB (automatic size) in %v", fi.Size()/mib, time.Since(start).Round(time.Millisecond))
 	tool(t, nil, "e2fsck", "-fn", partitionOf(t, img))
 	again := filepath.Join(t.TempDir(), "again.img")
-	must(t, WriteDisk(context.Background(), again, tr, testOptions))
+	_, err = WriteDisk(context.Background(), again, tr, testOptions)
+	must(t, err)
 	if !sameFile(t, img, again) {
 		t.Error("two WriteDisk runs of the default userland differ")
 	}

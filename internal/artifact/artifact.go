@@ -11,14 +11,15 @@ import (
 
 // File names inside the output directory.
 const (
-	Kernel       = "bzImage"           // the kernel to boot
-	Vmlinux      = "vmlinux"           // the uncompressed ELF kernel, with BTF
-	KernelConfig = "kernel.config"     // the proven final .config
-	Initramfs    = "initramfs.cpio.gz" // initrd mode: the whole rootfs with /init
-	Rootfs       = "rootfs.img"        // image mode: MBR disk, partition 1 ext4, /sbin/init
-	Manifest     = "manifest.json"     // sha256 of every input and output
-	Boot         = "boot.json"         // BootInfo
-	KataDir      = "kata"              // Kata config.d drop-ins
+	Kernel       = "bzImage"              // the kernel to boot
+	Vmlinux      = "vmlinux"              // the uncompressed ELF kernel, with BTF
+	KernelConfig = "kernel.config"        // the proven final .config
+	Initramfs    = "initramfs.cpio.gz"    // initrd mode: the whole rootfs with /init
+	Rootfs       = "rootfs.img"           // image mode: MBR disk, partition 1 ext4, /sbin/init
+	Manifest     = "manifest.json"        // sha256 of every input and output
+	Boot         = "boot.json"            // BootInfo
+	VerityParams = "kernel_verity_params" // dm-verity images: Kata's kernel_verity_params, one line
+	KataDir      = "kata"                 // Kata config.d drop-ins
 )
 
 // BootInfo tells a VM launcher how to boot the artifacts.
@@ -37,6 +38,14 @@ type BootInfo struct {
 	ReadyServices []string `json:"ready_services"`
 	// MemoryMiB is the guest memory the image needs (initrd mode holds the rootfs in RAM).
 	MemoryMiB int `json:"memory_mib"`
+	// KernelVerityParams is Kata's kernel_verity_params when the image's root is dm-verity protected
+	// (then ImageCmdline boots through /dev/dm-0); empty otherwise.
+	KernelVerityParams string `json:"kernel_verity_params,omitempty"`
+	// Nvdimm says rootfs.img carries Kata's NVDIMM DAX header (MBR #1 and the PFN info block in its
+	// first 2 MiB) and the drop-ins leave disable_image_nvdimm false: Kata attaches it as an NVDIMM,
+	// root=/dev/pmem0p1 with rootflags=dax,... ImageCmdline stays the virtio-blk view (/dev/vda1),
+	// which the same image also boots with.
+	Nvdimm bool `json:"nvdimm"`
 }
 
 // ReadBootInfo reads dir/boot.json.

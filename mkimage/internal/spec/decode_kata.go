@@ -7,6 +7,7 @@ var kataSchema = &hcl.BodySchema{
 		{Name: "boot_mode"},
 		{Name: "rootfs_type"},
 		{Name: "kernel_params"},
+		{Name: "nvdimm"},
 	},
 }
 
@@ -16,4 +17,5 @@ func (d *decoder) decodeKata(b *hcl.Block, k *Kata) {
 	attr(d, c, "kata", "boot_mode", &k.BootMode)
 	attr(d, c, "kata", "rootfs_type", &k.RootfsType)
 	attr(d, c, "kata", "kernel_params", &k.KernelParams)
+	attr(d, c, "kata", "nvdimm", &k.Nvdimm)
 }

@@ -8,6 +8,7 @@ var rootfsSchema = &hcl.BodySchema{
 		{Name: "packages"},
 		{Name: "filesystem"},
 		{Name: "size_mib"},
+		{Name: "verity"},
 	},
 }
 
@@ -18,4 +19,5 @@ func (d *decoder) decodeRootfs(b *hcl.Block, r *Rootfs) {
 	attr(d, c, "rootfs", "packages", &r.Packages)
 	attr(d, c, "rootfs", "filesystem", &r.Filesystem)
 	attr(d, c, "rootfs", "size_mib", &r.SizeMiB)
+	attr(d, c, "rootfs", "verity", &r.Verity)
 }

@@ -146,3 +146,30 @@ func TestProcessTreeSpec(t *testing.T) {
 		t.Errorf("process-tree.hcl drifted from images/allox.hcl beyond the provider (-default +process-tree):\n%s", diff)
 	}
 }
+
+// The appliance of the guest's system-effects test is the default one plus the observer plugin,
+// enabled with its scope file and managed execution: nothing else may differ.
+func TestSystemEffectsSpec(t *testing.T) {
+	def, diags := Load("../../../images/allox.hcl")
+	if diags.HasErrors() {
+		t.Fatal(diags)
+	}
+	se, diags := Load("../../../qemu-tests/testdata/system-effects.hcl")
+	if diags.HasErrors() {
+		t.Fatal(diags)
+	}
+	if diff := cmp.Diff([]string{PluginSystemEffects}, se.Services[0].Plugins); diff != "" {
+		t.Errorf("system-effects.hcl daemon plugins (-want +got):\n%s", diff)
+	}
+	want := []string{"--observer", "--observer-scope", ObserverScopeFile, "--managed-execution"}
+	if got := se.Services[0].Command; len(got) < len(want) || !slices.Equal(got[len(got)-len(want):], want) {
+		t.Errorf("system-effects.hcl daemon command %q must end with %q", got, want)
+	} else {
+		se.Services[0].Command = got[:len(got)-len(want)]
+	}
+	se.Services[0].Plugins = def.Services[0].Plugins
+	se.File, se.Output = def.File, def.Output
+	if diff := cmp.Diff(def, se); diff != "" {
+		t.Errorf("system-effects.hcl drifted from images/allox.hcl beyond the observer (-default +system-effects):\n%s", diff)
+	}
+}

@@ -87,6 +87,7 @@ func wantDefault(t *testing.T) *Image {
 			BootMode:     "image",
 			RootfsType:   "ext4",
 			KernelParams: []string{"cgroup_no_v1=all", "systemd.unified_cgroup_hierarchy=1"},
+			Nvdimm:       true,
 		},
 		Output: Output{Dir: filepath.Join(root, "out")},
 	}

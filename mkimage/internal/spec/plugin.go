@@ -30,6 +30,26 @@ const (
 	PinFile    = LibexecDir + "/system-effects.sha256"
 )
 
+// PluginFiles are the data files each plugin installs, path → content.
+var PluginFiles = map[string]map[string]string{
+	PluginSystemEffects: {ObserverScopeFile: defaultObserverScope},
+}
+
+// ObserverScopeFile is the system-effects scope file the plugin installs (the daemon's
+// --observer-scope): every optional domain, and the VM-level /tmp, which no rollback restores.
+const ObserverScopeFile = "/etc/allox/system-effects/scope.json"
+
+const defaultObserverScope = `{
+  "paths": ["/tmp"],
+  "sysctl": "all",
+  "bpf": true,
+  "mounts": true,
+  "network": true,
+  "modules": true,
+  "processes": true
+}
+`
+
 // PluginPrograms are the programs each plugin installs.
 var PluginPrograms = map[string][]PluginProgram{
 	PluginSystemEffects: {

@@ -68,6 +68,9 @@ type Rootfs struct {
 	Packages   []string `json:"packages"`   // sorted, deduplicated
 	Filesystem string   `json:"filesystem"` // only "ext4" for now
 	SizeMiB    int      `json:"size_mib"`   // 0 = size automatically
+	// Verity puts a dm-verity hash tree in partition 2 and boots through it (Kata's measured rootfs,
+	// kernel_verity_params); image mode only.
+	Verity bool `json:"verity"`
 }
 
 // Service is one supervised process and, optionally, the Go package that builds its binary.
@@ -86,6 +89,10 @@ type Kata struct {
 	BootMode     string   `json:"boot_mode"`   // BootImage (default) or BootInitrd
 	RootfsType   string   `json:"rootfs_type"` // default "ext4"; equals Rootfs.Filesystem
 	KernelParams []string `json:"kernel_params"`
+	// Nvdimm gives the image Kata's NVDIMM DAX header and leaves disable_image_nvdimm false, so
+	// Kata attaches it as an NVDIMM (/dev/pmem0p1, mounted with dax). Image mode only; default false
+	// (virtio-blk, /dev/vda1).
+	Nvdimm bool `json:"nvdimm"`
 }
 
 // Kata boot modes.

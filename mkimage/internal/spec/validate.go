@@ -105,6 +105,16 @@ func (d *decoder) validateKata(k *Kata, r *Rootfs) {
 			k.RootfsType, r.Filesystem, r.Filesystem)
 	}
 	d.checkParams("kata.kernel_params", k.KernelParams)
+	if k.Nvdimm && k.BootMode == BootInitrd {
+		d.errorf("kata.nvdimm", "NVDIMM needs image mode",
+			"kata.nvdimm attaches the root disk image as an NVDIMM, but kata.boot_mode is %q, which boots no disk. Set boot_mode = %q or remove nvdimm.",
+			k.BootMode, BootImage)
+	}
+	if r.Verity && k.BootMode == BootInitrd {
+		d.errorf("rootfs.verity", "dm-verity needs image mode",
+			"rootfs.verity verifies the root disk image, but kata.boot_mode is %q, which boots no disk. Set boot_mode = %q or remove verity.",
+			k.BootMode, BootImage)
+	}
 }
 
 // packageFix says how to write a package name, with the corrected name when one is evident.

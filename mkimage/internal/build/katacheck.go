@@ -1,0 +1,21 @@
+package build
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/allox-os/allox/mkimage/internal/katacheck"
+)
+
+// checkKataContract runs `mkimage kata-check` over the finished output directory, so a build whose artifacts
+// break the Kata contract fails, naming each broken rule and its fix.
+func checkKataContract(ctx context.Context, s *state) error {
+	report, err := katacheck.Check(ctx, s.out)
+	if err != nil {
+		return err
+	}
+	if err := report.Err(); err != nil {
+		return fmt.Errorf("the artifacts break the Kata contract:\n%w", err)
+	}
+	return nil
+}

@@ -1,0 +1,80 @@
+# The appliance of TestVerityRoot and TestVerityCorruption: images/allox.hcl with the root filesystem
+# protected by dm-verity (verity = true: the hash tree in partition 2, the root mounted from /dev/dm-0
+# as Kata's runtimes set it up from kernel_verity_params). Keep the rest in step with images/allox.hcl:
+# the kernel inputs are the same, so `make image` takes the kernel from the cache.
+# Relative paths are resolved against this file's directory (qemu-tests/testdata/).
+
+name    = "allox"
+version = "0.1.0"
+
+kernel {
+  source {
+    # Debian's packaged kernel source, pinned to one version and the sha256 of the tarball it ships.
+    debian_package = "linux-source-6.12"
+    version        = "6.12.117-1~deb12u1"
+    sha256         = "585a4a074597aefa2b1a68ada83a3184ba351c127544dea80618bbcceaa3961f"
+  }
+  base      = "allnoconfig"
+  fragments = ["../../kernel/fragments/*.conf"]
+  patches   = "../../kernel/patches/series"
+  allowlist = "../../kernel/allowlist"
+  cmdline   = ["console=ttyS0", "panic=-1", "quiet"]
+}
+
+init {
+  hostname = "allox"
+
+  workspace_store {
+    serial            = "allox-ws"
+    mountpoint        = "/var/lib/allox/workspaces"
+    label             = "allox-ws"
+    fallback_size_mib = 512
+  }
+
+  network {
+    interface = "eth0"
+    address   = "10.0.2.15/24"
+    gateway   = "10.0.2.2"
+  }
+
+  # The host hands the RPC bearer token in through QEMU's fw_cfg; no token, no host listener.
+  fw_cfg "opt/allox/rpc-token" {
+    path = "/run/allox/rpc-token"
+    mode = "0600"
+  }
+}
+
+rootfs {
+  suite      = "bookworm"
+  packages   = ["busybox", "bubblewrap", "btrfs-progs", "ca-certificates"]
+  filesystem = "ext4"
+  verity     = true
+}
+
+service "workspace-daemon" {
+  build   = "./services/workspace-daemon"
+  command = [
+    "/usr/bin/allox-workspace-daemon",
+    "--root", "/var/lib/allox/workspaces",
+    "--listen", "127.0.0.1:8092",
+    "--listen-host", "0.0.0.0:8093",
+    "--token-file", "/run/allox/rpc-token",
+  ]
+  restart = "always"
+  ready {
+    tcp = "127.0.0.1:8092"
+  }
+}
+
+kata {
+  boot_mode     = "image"
+  rootfs_type   = "ext4"
+  kernel_params = ["cgroup_no_v1=all", "systemd.unified_cgroup_hierarchy=1"]
+  # Kata's default NVDIMM attachment (/dev/pmem0p1 with dax): the image gets the 2 MiB DAX header
+  # and a size that is a multiple of 128 MiB; it still boots as virtio-blk (/dev/vda1).
+  nvdimm        = true
+}
+
+output {
+  dir = "../../out/verity"
+}
