@@ -1,7 +1,9 @@
 // Package kata renders the Kata Containers configuration drop-ins that point Kata's QEMU hypervisor
 // at an Allox guest (kernel plus image or initrd, kernel parameters, memory). It renders one file for
 // the Go runtime (read beside configuration-qemu.toml / configuration.toml) and one for runtime-rs
-// (beside runtime-rs/configuration-qemu-runtime-rs.toml). The output is a pure function of Assets:
+// (beside runtime-rs/configuration-qemu-runtime-rs.toml). RenderDeployment adds the containerd
+// runtime handlers, the Kubernetes RuntimeClasses and install.sh; KernelParams computes the kernel
+// command line Kata's Go runtime passes to QEMU. The output is a pure function of its input:
 // byte-identical across runs.
 package kata
 
@@ -41,6 +43,10 @@ type Assets struct {
 	// (/dev/pmem0p1). Image only. Required for an image without Kata's NVDIMM DAX header: without it
 	// the guest kernel panics with "DAX unsupported by block device".
 	DisableImageNvdimm bool
+	// KernelVerityParams is Kata's kernel_verity_params for a dm-verity protected image:
+	// root_hash=<hex>,salt=<hex>,data_blocks=<n>,data_block_size=<n>,hash_block_size=<n>. Image only;
+	// empty leaves verity off (and the key out of the drop-ins).
+	KernelVerityParams string
 }
 
 // File is one rendered file.
@@ -48,6 +54,8 @@ type File struct {
 	// Name is a slash-separated path relative to the Kata configuration directory.
 	Name string
 	Data []byte
+	// Executable files are written with mode 0755 (install.sh), the others 0644.
+	Executable bool
 }
 
 // Render validates a and returns the Go runtime's and runtime-rs's drop-ins, in that order.
@@ -88,6 +96,9 @@ func (a Assets) keys() []kv {
 	if a.Image != "" {
 		keys = append(keys, kv{"rootfs_type", quote(a.RootfsType)},
 			kv{"disable_image_nvdimm", fmt.Sprint(a.DisableImageNvdimm)})
+		if a.KernelVerityParams != "" {
+			keys = append(keys, kv{"kernel_verity_params", quote(a.KernelVerityParams)})
+		}
 	}
 	keys = append(keys, kv{"kernel_params", quote(strings.Join(a.KernelParams, " "))})
 	if a.DefaultMemoryMiB > 0 {

@@ -12,6 +12,8 @@ import (
 	"github.com/google/go-cmp/cmp"
 )
 
+const testVerity = "root_hash=3f1c2a9d0b6e4f5a8c7d2e1f0a9b8c7d6e5f4a3b2c1d0e9f8a7b6c5d4e3f2a1b,salt=00ff10ee,data_blocks=65536,data_block_size=4096,hash_block_size=4096"
+
 var update = flag.Bool("update", false, "rewrite the golden files under testdata/")
 
 var cases = map[string]Assets{
@@ -27,6 +29,13 @@ var cases = map[string]Assets{
 		Kernel:     "/opt/allox/share/vmlinux-6.18",
 		Image:      "/opt/allox/share/allox-agent.img",
 		RootfsType: "erofs",
+	},
+	"image-verity": {
+		Kernel:             "/opt/allox/share/vmlinux-6.18",
+		Image:              "/opt/allox/share/allox-agent.img",
+		RootfsType:         "ext4",
+		DisableImageNvdimm: true,
+		KernelVerityParams: testVerity,
 	},
 	"initrd": {
 		Kernel:           "/opt/allox/share/vmlinux-6.18",
@@ -86,6 +95,7 @@ type qemu struct {
 	DefaultMemory      uint32 `toml:"default_memory"`
 	DisableImageNvdimm bool   `toml:"disable_image_nvdimm"`
 	VMRootfsDriver     string `toml:"vm_rootfs_driver"` // runtime-rs only
+	KernelVerityParams string `toml:"kernel_verity_params"`
 	MachineType        string `toml:"machine_type"`
 }
 
@@ -131,6 +141,8 @@ func decode(t *testing.T, base qemu, data []byte) (qemu, []string) {
 			got.DisableImageNvdimm = dropIn.DisableImageNvdimm
 		case "vm_rootfs_driver":
 			got.VMRootfsDriver = dropIn.VMRootfsDriver
+		case "kernel_verity_params":
+			got.KernelVerityParams = dropIn.KernelVerityParams
 		default:
 			t.Errorf("unexpected key %q", k)
 		}
@@ -167,6 +179,12 @@ func TestRenderParsesBack(t *testing.T) {
 			wantGo: qemu{Kernel: "/opt/allox/share/vmlinux-6.18", Image: "/opt/allox/share/allox-agent.img", RootfsType: "erofs",
 				DefaultMemory: 2048, VMRootfsDriver: "virtio-pmem", MachineType: "q35"},
 			goKeys: []string{"kernel", "image", "initrd", "rootfs_type", "disable_image_nvdimm", "kernel_params"},
+		},
+		{
+			name: "image-verity",
+			wantGo: qemu{Kernel: "/opt/allox/share/vmlinux-6.18", Image: "/opt/allox/share/allox-agent.img", RootfsType: "ext4",
+				DefaultMemory: 2048, DisableImageNvdimm: true, VMRootfsDriver: "virtio-pmem", MachineType: "q35", KernelVerityParams: testVerity},
+			goKeys: []string{"kernel", "image", "initrd", "rootfs_type", "disable_image_nvdimm", "kernel_verity_params", "kernel_params"},
 		},
 		{
 			name: "initrd",
@@ -245,6 +263,9 @@ func TestRenderErrors(t *testing.T) {
 		{"param with space", with(image, func(a *Assets) { a.KernelParams = []string{"ok=1", "a b"} }), []string{`KernelParams[1] "a b"`, "its own element"}},
 		{"empty param", with(image, func(a *Assets) { a.KernelParams = []string{""} }), []string{"KernelParams[0]", "empty"}},
 		{"root param", with(image, func(a *Assets) { a.KernelParams = []string{"root=/dev/vda2"} }), []string{"Kata sets root= itself"}},
+		{"verity with initrd", with(initrd, func(a *Assets) { a.KernelVerityParams = testVerity }), []string{"KernelVerityParams applies to an Image only"}},
+		{"verity malformed", with(image, func(a *Assets) { a.KernelVerityParams = "root_hash=zz,salt=00" }),
+			[]string{"KernelVerityParams", `root_hash="zz"`, "hex digits only", "data_blocks is missing", "hash_block_size is missing"}},
 		{"all errors at once", Assets{Kernel: "k", Image: "/i", Initrd: "/j", KernelParams: []string{"x y"}},
 			[]string{"relative", "both set", "KernelParams[0]"}},
 	} {

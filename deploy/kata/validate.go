@@ -65,6 +65,11 @@ func (a Assets) validateImage() []error {
 	if a.InitrdBytes != 0 {
 		errs = append(errs, fmt.Errorf("InitrdBytes is %d but there is no Initrd: leave it 0 with Image", a.InitrdBytes))
 	}
+	if a.KernelVerityParams != "" {
+		if _, err := ParseKernelVerityParams(a.KernelVerityParams); err != nil {
+			errs = append(errs, fmt.Errorf("KernelVerityParams %q: %w", a.KernelVerityParams, err))
+		}
+	}
 	return errs
 }
 
@@ -75,6 +80,9 @@ func (a Assets) validateInitrd() []error {
 	}
 	if a.DisableImageNvdimm {
 		errs = append(errs, errors.New("DisableImageNvdimm applies to an Image only: leave it false with Initrd"))
+	}
+	if a.KernelVerityParams != "" {
+		errs = append(errs, errors.New("KernelVerityParams applies to an Image only (Kata protects the image with dm-verity, never an initrd): leave it empty with Initrd"))
 	}
 	switch need := a.InitrdBytes/mib + 1; {
 	case a.InitrdBytes <= 0:

@@ -31,10 +31,13 @@ func writeKata(ctx context.Context, s *state) error {
 		a.DefaultMemoryMiB = s.memoryMiB()
 	} else {
 		a.Image = filepath.Join(dir, artifact.Rootfs)
-		// The image has no NVDIMM DAX header yet: attach it as virtio-blk (/dev/vda1).
-		a.DisableImageNvdimm = true
+		a.KernelVerityParams = s.kernelVerityParams()
+		// Without the NVDIMM DAX header (kata.nvdimm) the image must be attached as virtio-blk
+		// (/dev/vda1): as an NVDIMM the guest would panic, "DAX unsupported by block device".
+		a.DisableImageNvdimm = !img.Kata.Nvdimm
 	}
-	files, err := kata.Render(a)
+	// The drop-ins, the containerd handlers, the RuntimeClasses and install.sh.
+	files, err := kata.RenderDeployment(kata.Deployment{Name: img.Name, Assets: a})
 	if err != nil {
 		return err
 	}
@@ -43,7 +46,14 @@ func writeKata(ctx context.Context, s *state) error {
 		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
 			return err
 		}
-		if err := os.WriteFile(p, f.Data, 0o644); err != nil {
+		mode := os.FileMode(0o644)
+		if f.Executable {
+			mode = 0o755
+		}
+		if err := os.WriteFile(p, f.Data, mode); err != nil {
+			return err
+		}
+		if err := os.Chmod(p, mode); err != nil { // WriteFile keeps an existing file's mode
 			return err
 		}
 	}
@@ -76,11 +86,17 @@ func treeMemoryMiB(tree *initramfs.Tree) int {
 
 func writeBootInfo(ctx context.Context, s *state) error {
 	img := s.opt.Spec
+	imageCmdline, err := s.imageCmdline()
+	if err != nil {
+		return err
+	}
 	bi := artifact.BootInfo{
-		Cmdline:      img.Kernel.Cmdline,
-		ImageCmdline: []string{"root=/dev/vda1", "rootflags=data=ordered,errors=remount-ro", "ro", "rootfstype=" + img.Rootfs.Filesystem},
-		StoreSerial:  img.Init.Store.Serial,
-		MemoryMiB:    s.memoryMiB(),
+		Cmdline:            img.Kernel.Cmdline,
+		ImageCmdline:       imageCmdline,
+		StoreSerial:        img.Init.Store.Serial,
+		MemoryMiB:          s.memoryMiB(),
+		KernelVerityParams: s.kernelVerityParams(),
+		Nvdimm:             img.Kata.Nvdimm && img.Kata.BootMode == spec.BootImage,
 	}
 	bi.RPCPort, bi.TokenFwCfg = hostListener(img)
 	for _, svc := range img.Services {

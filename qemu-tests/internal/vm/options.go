@@ -7,7 +7,6 @@ import (
 	"maps"
 	"os"
 	"slices"
-	"strconv"
 	"strings"
 )
 
@@ -16,6 +15,9 @@ type Disk struct {
 	Path     string
 	Serial   string // virtio serial (at most 20 bytes), seen by the guest in /sys/block/vdX/serial
 	ReadOnly bool
+	// Kata renders the disk as Kata's virtio-blk image (govmm BlockDevice): aio=threads on the
+	// drive; disable-modern=false, config-wce=off and share-rw=on on the device.
+	Kata bool
 }
 
 // Options describe one boot. Zero values take the defaults named on each field.
@@ -32,6 +34,16 @@ type Options struct {
 	HostFwd   map[int]int       // guest TCP port → host port on 127.0.0.1; host port 0 picks a free one
 	Machine   string            // default "q35"
 	ExtraArgs []string          // appended to the QEMU command line as they are
+
+	// Kata's machine (see machine.go). Console picks the console device the harness reads.
+	Console Console
+	// Nvdimm is a raw image attached read-only as an NVDIMM (/dev/pmem0), as Kata attaches its
+	// image by default on x86_64; it turns on nvdimm=on and needs MemSlots and MaxMemoryMiB.
+	Nvdimm       string
+	MemSlots     int  // memory hotplug slots (-m ...,slots=); Kata: 10
+	MaxMemoryMiB int  // -m ...,maxmem=; with MemSlots
+	MaxCPUs      int  // -smp ...,maxcpus= with Kata's topology; 0: no CPU hotplug
+	KataMachine  bool // Kata's -cpu (host,pmu=off; TCG: max,pmu=off), -rtc, -vga none, NUMA memory backend, virtio-rng
 }
 
 // ErrOptions is wrapped by every validation error of Options.
@@ -52,7 +64,7 @@ func (o Options) withDefaults() Options {
 	if o.Machine == "" {
 		o.Machine = "q35"
 	}
-	o.Cmdline = withSerialConsole(o.Cmdline)
+	o.Cmdline = o.Console.withConsole(o.Cmdline)
 	return o
 }
 
@@ -96,6 +108,7 @@ func (o Options) validate() error {
 	if o.MemoryMiB < 0 || o.CPUs < 0 {
 		bad("MemoryMiB %d, CPUs %d: must not be negative", o.MemoryMiB, o.CPUs)
 	}
+	errs = append(errs, o.validateMachine()...)
 	return errors.Join(errs...)
 }
 
@@ -103,29 +116,20 @@ func (o Options) validate() error {
 // are sorted) so that the same options always give the same command line.
 func (o Options) args(hostFwd map[int]int) []string {
 	a := []string{
-		"-machine", o.Machine, "-accel", o.Accel,
+		"-machine", o.machineArg(), "-accel", o.Accel,
 	}
-	if o.Accel == "kvm" {
-		a = append(a, "-cpu", "host")
-	}
-	a = append(a,
-		"-m", strconv.Itoa(o.MemoryMiB), "-smp", strconv.Itoa(o.CPUs),
-		"-nodefaults", "-nographic", "-no-reboot", "-serial", "stdio",
-		"-kernel", o.Kernel)
+	a = append(a, o.cpuArgs()...)
+	a = append(a, "-m", o.memoryArg(), "-smp", o.smpArg(), "-nodefaults", "-nographic", "-no-reboot")
+	a = append(a, o.Console.args()...)
+	a = append(a, o.kataKnobs()...)
+	a = append(a, o.nvdimmArgs()...)
+	a = append(a, "-kernel", o.Kernel)
 	if o.Initrd != "" {
 		a = append(a, "-initrd", o.Initrd)
 	}
 	a = append(a, "-append", strings.Join(o.Cmdline, " "))
 	for i, d := range o.Disks {
-		drive := fmt.Sprintf("if=none,id=d%d,file=%s,format=raw", i, optEscape(d.Path))
-		if d.ReadOnly {
-			drive += ",readonly=on"
-		}
-		dev := fmt.Sprintf("virtio-blk-pci,drive=d%d", i)
-		if d.Serial != "" {
-			dev += ",serial=" + d.Serial
-		}
-		a = append(a, "-drive", drive, "-device", dev)
+		a = append(a, d.args(i)...)
 	}
 	if len(hostFwd) > 0 {
 		netdev := "user,id=net0,restrict=on"

@@ -1,5 +1,5 @@
 // Package vm boots a QEMU VM from a Go test, in the style of hugelgupf/vmtest: it streams the
-// serial console to t.Logf and keeps it in a file, waits for console markers, forwards guest TCP
+// console (the serial port, or Kata's virtio console hvc0: see Console) to t.Logf and keeps it in a file, waits for console markers, forwards guest TCP
 // ports to 127.0.0.1, prints a command line that reproduces the boot when the test fails, and fails
 // a test that neither waited for nor killed its VM. It uses KVM when /dev/kvm really works and
 // falls back to TCG otherwise, with TimeoutScale for the timeouts.
