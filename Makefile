@@ -7,7 +7,7 @@ OUT ?= out
 export ALLOX_CACHE ?= /var/cache/allox
 TEST_TIMEOUT ?= 80m
 
-.PHONY: all deps image boot test bench unit generate check-generated clean
+.PHONY: all deps image boot test bench unit generate check-generated clean repro-check repro-kernel
 
 all: image
 
@@ -17,12 +17,15 @@ deps:
 bin/mkimage: deps FORCE
 	@$(GO) build -o bin/mkimage ./mkimage
 
-# Build the default appliance (images/allox.hcl) into $(OUT)/, and the appliance of
-# TestProcessTreeInGuest (the same with the eBPF process-tree provider) into $(OUT)/process-tree/;
-# its kernel is the same, so the second build takes it from the cache.
+# Build the default appliance (images/allox.hcl) into $(OUT)/, and the appliances the QEMU tests need,
+# each the default one with one thing more: the eBPF process-tree provider ($(OUT)/process-tree/), a
+# dm-verity root ($(OUT)/verity/), the system-effects observer ($(OUT)/system-effects/). Their kernel
+# is the same, so the later builds take it from the cache.
 image: bin/mkimage
 	bin/mkimage build -out $(OUT)
 	bin/mkimage build -out $(OUT)/process-tree qemu-tests/testdata/process-tree.hcl
+	bin/mkimage build -out $(OUT)/verity qemu-tests/testdata/verity.hcl
+	bin/mkimage build -out $(OUT)/system-effects qemu-tests/testdata/system-effects.hcl
 
 # Build the default appliance, boot it under QEMU (KVM when it works, TCG otherwise), wait until the
 # workspace daemon is ready, ask it for system.info, and power it off cleanly.
@@ -31,14 +34,15 @@ boot: image
 
 # Regenerate the committed bpf2go output (BPF C → .o and Go loader); needs clang and llvm.
 generate: deps
-	$(GO) generate ./services/internal/proctree/
+	$(GO) generate ./services/internal/proctree/ ./services/internal/effects/history/
 
 # CI regenerates and fails when the committed output differs from what the BPF C now compiles to.
 check-generated: generate
-	@git diff --exit-code -- services/internal/proctree/ || { echo "bpf2go output is stale: run make generate and commit it" >&2; exit 1; }
+	@git diff --exit-code -- services/internal/proctree/ services/internal/effects/history/ || { echo "bpf2go output is stale: run make generate and commit it" >&2; exit 1; }
 
-# The whole suite: unit and integration tests on the real components, then the QEMU boots.
-test: image check-generated
+# The whole suite: the reproducibility check, unit and integration tests on the real components, then
+# the QEMU boots.
+test: image check-generated repro-check
 	$(GO) vet ./...
 	ALLOX_OUT=$(abspath $(OUT)) $(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./...
 
@@ -53,6 +57,19 @@ bench: image
 	$(GO) test -run '^$$' -bench . -benchtime 300x ./services/internal/tracked/
 	$(GO) test -run '^$$' -bench . -benchtime 30x ./services/workspace-daemon/
 	$(GO) test -run '^$$' -bench SpawnStorm -benchtime 5x ./services/internal/proctree/
+	$(GO) test -run '^$$' -bench Overhead -benchtime 10x ./services/internal/effects/lifecycle/
+	$(GO) test -run '^$$' -bench Overhead -benchtime 8x ./services/internal/effects/history/
+
+# Bit-for-bit reproducibility: build the default appliance twice, each with a fresh cache (a fresh
+# Debian userland; only the kernel is shared), and compare every artifact (mkimage diff names the first
+# differing cpio entry, ext4 file, ELF section or line). About 20 s on a warm kernel cache.
+repro-check: bin/mkimage
+	ci/repro-check.sh
+
+# The kernel's turn: compile it afresh in a scratch cache and compare bzImage, vmlinux and the config
+# with the cached build of the same key. About 18 minutes of both cores.
+repro-kernel: bin/mkimage
+	ci/repro-kernel.sh
 
 clean:
 	rm -rf $(OUT) bin

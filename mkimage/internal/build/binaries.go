@@ -3,6 +3,7 @@ package build
 import (
 	"context"
 	"fmt"
+	"maps"
 	"os"
 	"os/exec"
 	"path"
@@ -10,6 +11,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/allox-os/allox/kernel"
 	"github.com/allox-os/allox/mkimage/internal/spec"
 	"github.com/allox-os/allox/rootfs"
 )
@@ -31,7 +33,9 @@ func buildBinaries(ctx context.Context, s *state) error {
 		if svc.Build != "" {
 			targets = append(targets, target{Binary: rootfs.Binary{Path: svc.Command[0], Source: svc.Build}, tags: pluginTags(svc.Plugins)})
 		}
+		targets = append(targets, pluginTargets(svc.Plugins)...)
 	}
+	var pins []string
 	binDir := filepath.Join(s.work, "bin")
 	for _, t := range targets {
 		out := filepath.Join(binDir, strings.TrimPrefix(t.Path, "/"))
@@ -46,14 +50,45 @@ func buildBinaries(ctx context.Context, s *state) error {
 			return err
 		}
 		s.bins = append(s.bins, rootfs.Binary{Path: t.Path, Source: out})
+		if t.pinned {
+			sum, err := kernel.HashFile(out)
+			if err != nil {
+				return err
+			}
+			pins = append(pins, sum+"  "+t.Path+"\n")
+		}
+	}
+	for _, svc := range s.opt.Spec.Services {
+		for _, p := range svc.Plugins {
+			for _, path := range slices.Sorted(maps.Keys(spec.PluginFiles[p])) {
+				s.files = append(s.files, rootfs.File{Path: path, Data: []byte(spec.PluginFiles[p][path])})
+			}
+		}
+	}
+	if len(pins) > 0 {
+		slices.Sort(pins)
+		s.files = append(s.files, rootfs.File{Path: spec.PinFile, Data: []byte(strings.Join(pins, ""))})
 	}
 	return nil
+}
+
+// pluginTargets are the separate programs the plugins install (the observer, its verifiers and
+// the recover step), for each service that names the plugin.
+func pluginTargets(plugins []string) []target {
+	var ts []target
+	for _, p := range plugins {
+		for _, prog := range spec.PluginPrograms[p] {
+			ts = append(ts, target{Binary: rootfs.Binary{Path: prog.Path, Source: prog.Package}, pinned: prog.Pinned})
+		}
+	}
+	return ts
 }
 
 // target is one Go binary to build, with the build tags of the plugins it links in.
 type target struct {
 	rootfs.Binary
-	tags []string
+	tags   []string
+	pinned bool // its sha256 goes into spec.PinFile
 }
 
 // pluginTags returns the build tags of a service's plugins, sorted so that the order in the spec

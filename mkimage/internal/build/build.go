@@ -43,11 +43,13 @@ type state struct {
 	work     string // scratch space, removed at the end
 	kernel   *kernel.Result
 	bins     []rootfs.Binary
+	files    []rootfs.File // data files for the image (plugin hash pins)
 	userland string
 	packages []rootfs.Package
 	tree     *initramfs.Tree
 	memMiB   int // guest memory for initrd mode, from the staged tree
 	prov     *Provenance
+	verity   *rootfs.VerityParams // the rootfs hash tree, when the spec asks for dm-verity
 }
 
 type stage struct {
@@ -61,9 +63,11 @@ var stages = []stage{
 	{"debian userland", fetchUserland},
 	{"stage rootfs", stageRootfs},
 	{"rootfs disk image", writeDisk},
+	{"nvdimm dax header", writeDAXHeader},
 	{"initramfs", writeInitramfs},
 	{"kata drop-ins", writeKata},
 	{"boot info", writeBootInfo},
+	{"kata contract check", checkKataContract},
 	{"provenance manifest", writeProvenance},
 }
 

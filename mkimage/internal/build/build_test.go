@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -75,9 +76,18 @@ func TestDefaultImageArtifacts(t *testing.T) {
 	out, _ := buildDefault(t)
 	img := filepath.Join(out, artifact.Rootfs)
 
-	// The partition table Kata expects: MBR, one Linux partition at 1 MiB.
+	// The partition table Kata expects: MBR, one Linux partition at 1 MiB, or at 3 MiB in MBR #1
+	// behind the NVDIMM DAX header (the default spec has kata.nvdimm = true).
+	info, err := artifact.ReadBootInfo(out)
+	if err != nil {
+		t.Fatal(err)
+	}
+	startMiB := 1
+	if info.Nvdimm {
+		startMiB = 3
+	}
 	table := tool(t, "sfdisk", "-d", img)
-	for _, want := range []string{"label: dos", "start=        2048", "type=83"} {
+	for _, want := range []string{"label: dos", fmt.Sprintf("start=%12d", startMiB*2048), "type=83"} {
 		if !strings.Contains(table, want) {
 			t.Errorf("sfdisk -d lacks %q:\n%s", want, table)
 		}
@@ -88,7 +98,7 @@ func TestDefaultImageArtifacts(t *testing.T) {
 
 	// The filesystem in partition 1 is clean and holds what Kata and init need.
 	part := filepath.Join(t.TempDir(), "p1.ext4")
-	tool(t, "dd", "if="+img, "of="+part, "bs=1M", "skip=1", "status=none", "conv=sparse")
+	tool(t, "dd", "if="+img, "of="+part, "bs=1M", fmt.Sprintf("skip=%d", startMiB), "status=none", "conv=sparse")
 	tool(t, "e2fsck", "-fn", part)
 	stat := tool(t, "debugfs", "-R", "stat /usr/sbin/init", part)
 	if !strings.Contains(stat, "Type: regular") || !strings.Contains(stat, "Mode:  0755") {

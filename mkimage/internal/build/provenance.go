@@ -6,33 +6,44 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"io"
-	"io/fs"
 	"os"
 	"path/filepath"
-	"runtime"
 	"sort"
 	"strings"
 
 	"github.com/allox-os/allox/internal/artifact"
 	"github.com/allox-os/allox/kernel"
+	"github.com/allox-os/allox/rootfs"
 )
 
-// Provenance is out/manifest.json: the sha256 of every input and every output of a build.
+// Provenance is out/manifest.json: the sha256 of every input and every output of a build, the
+// versions of everything that went into the image and of the tools that made it.
 type Provenance struct {
-	Image           ImageID  `json:"image"`
-	SourceDateEpoch int64    `json:"source_date_epoch"`
-	Toolchain       []string `json:"toolchain"`
-	KernelBuildKey  string   `json:"kernel_build_key"`
-	Inputs          []Input  `json:"inputs"`
-	Packages        []string `json:"debian_packages"`
-	Outputs         []Output `json:"outputs"`
+	Image           ImageID          `json:"image"`
+	SourceDateEpoch int64            `json:"source_date_epoch"`
+	Toolchain       []Tool           `json:"toolchain"`
+	Kernel          KernelSource     `json:"kernel_source"`
+	KernelBuildKey  string           `json:"kernel_build_key"`
+	Inputs          []Input          `json:"inputs"`
+	Packages        []rootfs.Package `json:"debian_packages"`
+	GoBinaries      []GoBinary       `json:"go_binaries"`
+	Outputs         []Output         `json:"outputs"`
 }
 
 // ImageID names the image.
 type ImageID struct {
 	Name    string `json:"name"`
 	Version string `json:"version"`
+}
+
+// KernelSource is the kernel's source package (or tarball) and the sha256 of its tarball.
+type KernelSource struct {
+	DebianPackage string `json:"debian_package,omitempty"`
+	Version       string `json:"version,omitempty"`
+	Tarball       string `json:"tarball,omitempty"`
+	SHA256        string `json:"sha256"`
 }
 
 // Input is one thing the build read.
@@ -51,13 +62,26 @@ type Output struct {
 }
 
 func newProvenance(opt Options) *Provenance {
-	p := &Provenance{Image: ImageID{opt.Spec.Name, opt.Spec.Version}, SourceDateEpoch: opt.Epoch,
-		Toolchain: []string{runtime.Version()}}
+	p := &Provenance{Image: ImageID{opt.Spec.Name, opt.Spec.Version}, SourceDateEpoch: opt.Epoch}
 	sum := sha256.Sum256(opt.SpecText)
 	p.Inputs = append(p.Inputs, Input{Kind: "spec", Name: rel(opt.ModuleRoot, opt.Spec.File), SHA256: hex.EncodeToString(sum[:])})
-	k := opt.Spec.Kernel
-	p.Inputs = append(p.Inputs, Input{Kind: "kernel-source", Name: KernelSpec(opt.Spec, 0, 0).Source.String(), SHA256: k.Source.SHA256})
+	src := opt.Spec.Kernel.Source
+	p.Kernel = KernelSource{DebianPackage: src.DebianPackage, Version: src.Version, SHA256: src.SHA256}
+	if src.Tarball != "" {
+		p.Kernel.Tarball = rel(opt.ModuleRoot, src.Tarball)
+	}
+	p.Inputs = append(p.Inputs, Input{Kind: "kernel-source", Name: KernelSpec(opt.Spec, 0, 0).Source.String(), SHA256: src.SHA256})
 	return p
+}
+
+// SpecSHA256 is the sha256 of the image spec, from the inputs.
+func (p *Provenance) SpecSHA256() string {
+	for _, in := range p.Inputs {
+		if in.Kind == "spec" {
+			return in.SHA256
+		}
+	}
+	return ""
 }
 
 // addInput hashes a file the build read.
@@ -77,16 +101,90 @@ func rel(root, p string) string {
 	return p
 }
 
-// writeProvenance records the kernel inputs and hashes every output, then writes manifest.json.
+// writeProvenance records the kernel inputs, the packages, the Go modules and the toolchain, writes
+// the SBOM, hashes every output (the SBOM among them) and writes manifest.json last.
 func writeProvenance(ctx context.Context, s *state) error {
-	p, img := s.prov, s.opt.Spec
-	if tc, err := kernel.Toolchain(); err == nil {
-		p.Toolchain = append(p.Toolchain, tc)
-	}
+	p := s.prov
 	p.KernelBuildKey = s.kernel.Key
+	if err := p.addKernelInputs(s.opt.ModuleRoot, s); err != nil {
+		return err
+	}
+	sort.SliceStable(p.Inputs, func(i, j int) bool { return p.Inputs[i].Kind+p.Inputs[i].Name < p.Inputs[j].Kind+p.Inputs[j].Name })
+	p.Packages = s.packages
+	var err error
+	if p.GoBinaries, err = readGoBinaries(s.bins); err != nil {
+		return err
+	}
+	if p.Toolchain, err = toolchain(ctx); err != nil {
+		return err
+	}
+	if p.Outputs, err = hashOutputs(s.out); err != nil {
+		return err
+	}
+	if err := writeSBOM(s.out, p); err != nil {
+		return err
+	}
+	data, err := p.Encode()
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(s.out, artifact.Manifest), data, 0o644)
+}
+
+// writeSBOM writes the SBOM (which names the other outputs' hashes) and adds its own hash.
+func writeSBOM(dir string, p *Provenance) error {
+	sbom, err := EncodeSBOM(p)
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(dir, SBOMName), sbom, 0o644); err != nil {
+		return err
+	}
+	o, err := hashOutput(dir, SBOMName)
+	if err != nil {
+		return err
+	}
+	outs := []Output{o}
+	for _, x := range p.Outputs {
+		if x.Path != SBOMName {
+			outs = append(outs, x)
+		}
+	}
+	sort.Slice(outs, func(i, j int) bool { return outs[i].Path < outs[j].Path })
+	p.Outputs = outs
+	return nil
+}
+
+// Encode renders the manifest as indented JSON.
+func (p *Provenance) Encode() ([]byte, error) {
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetIndent("", "  ")
+	if err := enc.Encode(p); err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil
+}
+
+// ReadProvenance reads dir/manifest.json.
+func ReadProvenance(dir string) (*Provenance, error) {
+	data, err := os.ReadFile(filepath.Join(dir, artifact.Manifest))
+	if err != nil {
+		return nil, fmt.Errorf("read provenance manifest: %w (build the image first: mkimage build -out %s)", err, dir)
+	}
+	var p Provenance
+	if err := json.Unmarshal(data, &p); err != nil {
+		return nil, fmt.Errorf("decode %s: %w (an older mkimage wrote it? rebuild: mkimage build -out %s)", artifact.Manifest, err, dir)
+	}
+	return &p, nil
+}
+
+// addKernelInputs hashes the fragments, the allow-list, the patch series and its patches.
+func (p *Provenance) addKernelInputs(root string, s *state) error {
+	img := s.opt.Spec
 	for kind, files := range map[string][]string{"fragment": img.Kernel.Fragments, "allowlist": nonEmpty(img.Kernel.Allowlist)} {
 		for _, f := range files {
-			if err := p.addInput(kind, rel(s.opt.ModuleRoot, f), "", f); err != nil {
+			if err := p.addInput(kind, rel(root, f), "", f); err != nil {
 				return err
 			}
 		}
@@ -96,24 +194,11 @@ func writeProvenance(ctx context.Context, s *state) error {
 		return err
 	}
 	for _, f := range append(nonEmpty(img.Kernel.Patches), patchPaths(patches)...) {
-		if err := p.addInput("patch", rel(s.opt.ModuleRoot, f), "", f); err != nil {
+		if err := p.addInput("patch", rel(root, f), "", f); err != nil {
 			return err
 		}
 	}
-	sort.SliceStable(p.Inputs, func(i, j int) bool { return p.Inputs[i].Kind+p.Inputs[i].Name < p.Inputs[j].Kind+p.Inputs[j].Name })
-	for _, pkg := range s.packages {
-		p.Packages = append(p.Packages, pkg.Name+"="+pkg.Version)
-	}
-	if p.Outputs, err = hashOutputs(s.out); err != nil {
-		return err
-	}
-	var buf bytes.Buffer
-	enc := json.NewEncoder(&buf)
-	enc.SetIndent("", "  ")
-	if err := enc.Encode(p); err != nil {
-		return err
-	}
-	return os.WriteFile(filepath.Join(s.out, artifact.Manifest), buf.Bytes(), 0o644)
+	return nil
 }
 
 func nonEmpty(s string) []string {
@@ -129,37 +214,6 @@ func patchPaths(ps []kernel.Patch) []string {
 		out = append(out, p.Path)
 	}
 	return out
-}
-
-// hashOutputs hashes the artifacts this build wrote (not whatever else lives in the output
-// directory, such as the workspace disk `make boot` keeps there).
-func hashOutputs(dir string) ([]Output, error) {
-	names := []string{artifact.Kernel, artifact.Vmlinux, artifact.KernelConfig, artifact.Rootfs, artifact.Initramfs, artifact.Boot}
-	err := filepath.WalkDir(filepath.Join(dir, artifact.KataDir), func(p string, d fs.DirEntry, err error) error {
-		if err == nil && d.Type().IsRegular() {
-			names = append(names, rel(dir, p))
-		}
-		return err
-	})
-	if err != nil {
-		return nil, err
-	}
-	sort.Strings(names)
-	var outs []Output
-	for _, name := range names {
-		f, err := os.Open(filepath.Join(dir, name))
-		if err != nil {
-			return nil, err
-		}
-		h := sha256.New()
-		n, err := io.Copy(h, f)
-		f.Close()
-		if err != nil {
-			return nil, err
-		}
-		outs = append(outs, Output{Path: name, Size: n, SHA256: hex.EncodeToString(h.Sum(nil))})
-	}
-	return outs, nil
 }
 
 // indentWriter prefixes every line written through it, for sub-step progress.

@@ -39,7 +39,7 @@ func stageRootfs(ctx context.Context, s *state) error {
 	}
 	mounts := append([]string{}, rootfs.DefaultMountpoints...)
 	mounts = append(mounts, "/sys/fs/cgroup", "/var/lib/allox", s.opt.Spec.Init.Store.Mountpoint)
-	ov := rootfs.Overlay{Binaries: s.bins, Manifest: man.Bytes(), Hostname: s.opt.Spec.Init.Hostname, Mountpoints: mounts}
+	ov := rootfs.Overlay{Binaries: s.bins, Files: s.files, Manifest: man.Bytes(), Hostname: s.opt.Spec.Init.Hostname, Mountpoints: mounts}
 	if err := ov.Apply(tree); err != nil {
 		return err
 	}
@@ -65,10 +65,24 @@ func writeDisk(ctx context.Context, s *state) error {
 	}
 	opt := rootfs.DiskOptions{SizeMiB: s.opt.Spec.Rootfs.SizeMiB, Label: label, UUID: s.fsID("rootfs uuid"),
 		HashSeed: s.fsID("rootfs hash seed"), Mtime: s.mtime()}
-	if err := rootfs.WriteDisk(ctx, tmp, s.tree, opt); err != nil {
+	if s.opt.Spec.Rootfs.Verity {
+		opt.Verity, opt.VeritySalt = true, s.veritySalt()
+	}
+	disk, err := rootfs.WriteDisk(ctx, tmp, s.tree, opt)
+	if err != nil {
 		return err
 	}
-	return s.place(tmp, artifact.Rootfs)
+	s.verity = disk.Verity
+	if err := s.place(tmp, artifact.Rootfs); err != nil {
+		return err
+	}
+	return s.writeVerityParams()
+}
+
+// veritySalt derives the dm-verity salt from the spec, as fsID derives the filesystem's ids.
+func (s *state) veritySalt() []byte {
+	h := sha256.Sum256(append([]byte("allox verity salt\n"), s.opt.SpecText...))
+	return h[:]
 }
 
 // writeInitramfs writes the same tree with the Go init at /init, for Kata's initrd mode.

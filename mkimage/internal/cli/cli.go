@@ -30,6 +30,9 @@ var commands = map[string]command{
 	"plan":     {"plan [SPEC]", "print the resolved build plan as JSON", runPlan},
 	"kernel-config": {"kernel-config [flags] [SPEC]",
 		"configure the kernel, prove every requested option and print the final .config", runKernelConfig},
+	"diff":       {"diff DIR1 DIR2", "compare two build outputs (or two files); name where each differing artifact first differs", runDiff},
+	"verify":     {"verify DIR", "recheck every output hash in DIR/manifest.json and the SBOM; name what changed", runVerify},
+	"kata-check": {"kata-check [-out DIR] [SPEC]", "check built artifacts offline against what the Kata runtime expects", runKataCheck},
 }
 
 // errUsage marks errors that are the caller's wording, answered with the usage text.
