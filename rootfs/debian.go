@@ -137,7 +137,7 @@ func resolveSpec(spec DebianSpec) (DebianSpec, error) {
 		spec.Mirror = m
 	}
 	if u, err := url.Parse(spec.Mirror); err != nil || (u.Scheme != "http" && u.Scheme != "https" && u.Scheme != "file") || strings.ContainsAny(spec.Mirror, " \t\n") {
-		return spec, fmt.Errorf("mirror %q: want an http, https or file URL such as \"http://deb.debian.org/debian\"", spec.Mirror)
+		return spec, fmt.Errorf("mirror %q: want the http, https or file URL of a Debian mirror, ending in /debian", spec.Mirror)
 	}
 	return spec, nil
 }

@@ -9,11 +9,11 @@ import (
 )
 
 func TestResolveSpec(t *testing.T) {
-	got, err := resolveSpec(DebianSpec{Suite: "bookworm", Packages: []string{"busybox", "bubblewrap", "busybox", "btrfs-progs=6.2-1+deb12u2"}, Mirror: "http://deb.debian.org/debian"})
+	got, err := resolveSpec(DebianSpec{Suite: "bookworm", Packages: []string{"busybox", "bubblewrap", "busybox", "btrfs-progs=6.2-1+deb12u2"}, Mirror: "http://mirror.example/debian"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := DebianSpec{Suite: "bookworm", Packages: []string{"btrfs-progs=6.2-1+deb12u2", "bubblewrap", "busybox"}, Mirror: "http://deb.debian.org/debian", Arch: "amd64"}
+	want := DebianSpec{Suite: "bookworm", Packages: []string{"btrfs-progs=6.2-1+deb12u2", "bubblewrap", "busybox"}, Mirror: "http://mirror.example/debian", Arch: "amd64"}
 	if d := cmp.Diff(want, got); d != "" {
 		t.Errorf("resolveSpec (-want +got):\n%s", d)
 	}
@@ -24,7 +24,7 @@ func TestResolveSpec(t *testing.T) {
 			t.Errorf("resolveSpec error %v lacks %q", err, w)
 		}
 	}
-	if _, err := resolveSpec(DebianSpec{Suite: "bookworm", Packages: []string{"busybox"}, Mirror: "ftp://old/debian"}); err == nil || !strings.Contains(err.Error(), "http://deb.debian.org/debian") {
+	if _, err := resolveSpec(DebianSpec{Suite: "bookworm", Packages: []string{"busybox"}, Mirror: "ftp://old/debian"}); err == nil || !strings.Contains(err.Error(), "Debian mirror, ending in /debian") {
 		t.Errorf("ftp mirror: %v", err)
 	}
 	if _, err := resolveSpec(DebianSpec{Suite: "bookworm"}); err == nil || !strings.Contains(err.Error(), "packages is empty") {
@@ -34,7 +34,7 @@ func TestResolveSpec(t *testing.T) {
 
 func TestCacheName(t *testing.T) {
 	spec := func(pkgs ...string) DebianSpec {
-		s, err := resolveSpec(DebianSpec{Suite: "bookworm", Packages: pkgs, Mirror: "http://deb.debian.org/debian"})
+		s, err := resolveSpec(DebianSpec{Suite: "bookworm", Packages: pkgs, Mirror: "http://mirror.example/debian"})
 		must(t, err)
 		return s
 	}
@@ -49,18 +49,18 @@ func TestCacheName(t *testing.T) {
 		t.Error("different packages, same cache key")
 	}
 	other := spec("busybox", "bubblewrap")
-	other.Mirror = "http://ftp.de.debian.org/debian"
+	other.Mirror = "http://other-mirror.example/debian"
 	if cacheName(other) == a {
 		t.Error("different mirror, same cache key")
 	}
 }
 
 func TestMmdebstrapArgs(t *testing.T) {
-	s, err := resolveSpec(DebianSpec{Suite: "bookworm", Packages: []string{"busybox", "bubblewrap"}, Mirror: "http://deb.debian.org/debian"})
+	s, err := resolveSpec(DebianSpec{Suite: "bookworm", Packages: []string{"busybox", "bubblewrap"}, Mirror: "http://mirror.example/debian"})
 	must(t, err)
 	got := strings.Join(mmdebstrapArgs(s, "/h/setup.sh", "/h/extract.sh", "/o/rootfs.tar"), " ")
 	for _, w := range []string{"--variant=extract", "--format=tar", "--architectures=amd64", "--include=bubblewrap,busybox",
-		"--setup-hook=/h/setup.sh", "--extract-hook=/h/extract.sh", "bookworm /o/rootfs.tar http://deb.debian.org/debian"} {
+		"--setup-hook=/h/setup.sh", "--extract-hook=/h/extract.sh", "bookworm /o/rootfs.tar http://mirror.example/debian"} {
 		if !strings.Contains(got, w) {
 			t.Errorf("mmdebstrap args %q lack %q", got, w)
 		}
@@ -69,7 +69,7 @@ func TestMmdebstrapArgs(t *testing.T) {
 
 func TestFetchWithoutMmdebstrap(t *testing.T) {
 	t.Setenv("PATH", t.TempDir())
-	_, _, err := Fetch(context.Background(), t.TempDir(), DebianSpec{Suite: "bookworm", Packages: []string{"busybox"}, Mirror: "http://deb.debian.org/debian"}, nil)
+	_, _, err := Fetch(context.Background(), t.TempDir(), DebianSpec{Suite: "bookworm", Packages: []string{"busybox"}, Mirror: "http://mirror.example/debian"}, nil)
 	if err == nil || !strings.Contains(err.Error(), "apt-get install mmdebstrap") {
 		t.Errorf("Fetch = %v, want ErrNoMmdebstrap", err)
 	}

@@ -9,10 +9,10 @@ import (
 // package-list parser: they may reject it but must not panic, and what they accept is well formed.
 func FuzzSources(f *testing.F) {
 	for _, s := range []string{
-		"deb http://deb.debian.org/debian bookworm main\n",
+		"deb http://mirror.example/debian bookworm main\n",
 		"deb [arch=amd64 signed-by=/k.gpg] http://m/debian bookworm main # c\n",
 		"deb [ http://x\n",
-		"Types: deb\nURIs: http://deb.debian.org/debian\nSuites: bookworm\nComponents: main\n\nEnabled: no\n",
+		"Types: deb\nURIs: http://mirror.example/debian\nSuites: bookworm\nComponents: main\n\nEnabled: no\n",
 		"Package: a\nVersion: 1\n continuation\n",
 		" leading continuation\n",
 	} {

@@ -43,7 +43,7 @@ func HostMirror(aptDir, suite string) (string, error) {
 	if u := pickMirror(all, suite, false); u != "" {
 		return u, nil
 	}
-	return "", fmt.Errorf("no Debian mirror for %s with component main in %s/sources.list{,.d}: set the mirror explicitly, e.g. \"http://deb.debian.org/debian\"", suite, aptDir)
+	return "", fmt.Errorf("no Debian mirror for %s with component main in %s/sources.list{,.d}: set the mirror explicitly: the URI apt uses for Debian, ending in /debian", suite, aptDir)
 }
 
 func pickMirror(srcs []aptSource, suite string, exactSuite bool) string {

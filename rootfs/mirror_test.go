@@ -21,11 +21,11 @@ func TestHostMirror(t *testing.T) {
 		files: map[string]string{
 			"sources.list.d/a-nodesource.sources": "Types: deb\nURIs: https://deb.nodesource.com/node_20.x\nSuites: nodistro\nComponents: main\n",
 			"sources.list.d/cloud.list.disabled":  "deb https://packages.example.com/apt bookworm main\n",
-			"sources.list.d/debian.sources": "# comment\nTypes: deb\n# http://snapshot.debian.org/archive/debian/20250520T000000Z\nURIs: http://deb.debian.org/debian\n" +
+			"sources.list.d/debian.sources": "# comment\nTypes: deb\n# http://snapshot-mirror.example/archive/debian/20250520T000000Z\nURIs: http://mirror.example/debian\n" +
 				"Suites: bookworm bookworm-updates\nComponents: main\nSigned-By: /usr/share/keyrings/debian-archive-keyring.gpg\n\n" +
-				"Types: deb\nURIs: http://deb.debian.org/debian-security\nSuites: bookworm-security\nComponents: main\n",
+				"Types: deb\nURIs: http://mirror.example/debian-security\nSuites: bookworm-security\nComponents: main\n",
 		},
-		want: "http://deb.debian.org/debian",
+		want: "http://mirror.example/debian",
 	}, {
 		name:  "one-line with options, deb-src and a disabled stanza",
 		suite: "bookworm",
@@ -39,13 +39,13 @@ func TestHostMirror(t *testing.T) {
 		name:  "other suite falls back to a Debian mirror",
 		suite: "trixie",
 		files: map[string]string{
-			"sources.list": "deb http://vendor.example/apt trixie-extras main\ndeb http://ftp.de.debian.org/debian bookworm main\n",
+			"sources.list": "deb http://vendor.example/apt trixie-extras main\ndeb http://other-mirror.example/debian bookworm main\n",
 		},
-		want: "http://ftp.de.debian.org/debian",
+		want: "http://other-mirror.example/debian",
 	}, {
 		name:  "no main component",
 		suite: "bookworm",
-		files: map[string]string{"sources.list": "deb http://deb.debian.org/debian bookworm contrib\n"},
+		files: map[string]string{"sources.list": "deb http://mirror.example/debian bookworm contrib\n"},
 	}, {
 		name:  "nothing",
 		suite: "bookworm",
@@ -58,7 +58,7 @@ func TestHostMirror(t *testing.T) {
 			}
 			got, err := HostMirror(dir, tc.suite)
 			switch {
-			case tc.want == "" && (err == nil || !strings.Contains(err.Error(), "http://deb.debian.org/debian")):
+			case tc.want == "" && (err == nil || !strings.Contains(err.Error(), "set the mirror explicitly")):
 				t.Errorf("HostMirror = %q, %v; want an error suggesting a mirror", got, err)
 			case tc.want != "" && (err != nil || got != tc.want):
 				t.Errorf("HostMirror = %q, %v; want %q", got, err, tc.want)
