@@ -42,3 +42,45 @@ func TestTreeSeesSameSizeRewrite(t *testing.T) {
 		t.Errorf("a same-size rewrite with the old mtime went unseen: %q", after.Items[1].Value)
 	}
 }
+
+// TestHashCacheRoundTrip saves the cache of a tree, forgets it, loads it back and gets every entry
+// again (only those below the roots).
+func TestHashCacheRoundTrip(t *testing.T) {
+	dir, other := t.TempDir(), t.TempDir()
+	for _, p := range []string{filepath.Join(dir, "a"), filepath.Join(dir, "b"), filepath.Join(other, "c")} {
+		if err := os.WriteFile(p, []byte(p), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	Tree(dir)
+	Tree(other)
+	hashes.mu.Lock()
+	want := map[string]hashEntry{}
+	for p, e := range hashes.m {
+		if filepath.Dir(p) == dir {
+			want[p] = e
+		}
+	}
+	hashes.m = map[string]hashEntry{}
+	hashes.mu.Unlock()
+	file := filepath.Join(t.TempDir(), "cache")
+	Tree(dir)
+	Tree(other)
+	if err := SaveHashCache(file, dir); err != nil {
+		t.Fatal(err)
+	}
+	hashes.mu.Lock()
+	hashes.m = map[string]hashEntry{}
+	hashes.mu.Unlock()
+	LoadHashCache(file)
+	hashes.mu.Lock()
+	defer hashes.mu.Unlock()
+	if len(hashes.m) != 2 {
+		t.Fatalf("loaded %d entries, want the 2 below %s", len(hashes.m), dir)
+	}
+	for p, e := range want {
+		if hashes.m[p] != e {
+			t.Errorf("entry %s = %+v, want %+v", p, hashes.m[p], e)
+		}
+	}
+}

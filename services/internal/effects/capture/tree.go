@@ -3,7 +3,6 @@ package capture
 import (
 	"crypto/sha256"
 	"encoding/hex"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -11,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"syscall"
@@ -160,58 +160,63 @@ func (c *hashCache) sum(p string, st *unix.Stat_t) (string, error) {
 	return sum, nil
 }
 
-// cachedHash is the on-disk form of one hash cache entry.
-type cachedHash struct {
-	Path  string `json:"path"`
-	Ino   uint64 `json:"ino"`
-	Size  uint64 `json:"size"`
-	Mtime int64  `json:"mtime_ns"`
-	Ctime int64  `json:"ctime_ns"`
-	Sum   string `json:"sha256"`
-}
+// The cache file has one line per file: path, inode, size, mtime and ctime (ns) and the sha256,
+// tab-separated (paths with a tab or newline are not cached). It parses several times faster
+// than JSON, which matters at 10,000 files.
 
 // LoadHashCache seeds the hash cache from a file SaveHashCache wrote after an earlier run of the
 // same session, so that A re-reads only files changed since (the same ctime rule applies). The
-// file lives in the daemon's state, outside every workspace. A missing file is an empty cache; an
-// unreadable one is ignored, since the cache can only save work, never decide a verdict.
+// file lives in the daemon's state, outside every workspace. A missing or unreadable file or line
+// is skipped, since the cache can only save work, never decide a verdict.
 func LoadHashCache(path string) {
 	b, err := os.ReadFile(path)
 	if err != nil {
 		return
 	}
-	var entries []cachedHash
-	if json.Unmarshal(b, &entries) != nil {
-		return
-	}
 	hashes.mu.Lock()
 	defer hashes.mu.Unlock()
-	for _, e := range entries {
-		hashes.m[e.Path] = hashEntry{ino: e.Ino, size: e.Size, mtime: unix.NsecToTimespec(e.Mtime),
-			ctime: unix.NsecToTimespec(e.Ctime), sum: e.Sum}
+	for line := range strings.SplitSeq(string(b), "\n") {
+		f := strings.Split(line, "\t")
+		if len(f) != 6 {
+			continue
+		}
+		var n [4]int64
+		ok := true
+		for i := range n {
+			if n[i], err = strconv.ParseInt(f[i+1], 10, 64); err != nil {
+				ok = false
+			}
+		}
+		if ok {
+			hashes.m[f[0]] = hashEntry{ino: uint64(n[0]), size: uint64(n[1]), mtime: unix.NsecToTimespec(n[2]),
+				ctime: unix.NsecToTimespec(n[3]), sum: f[5]}
+		}
 	}
 }
 
 // SaveHashCache writes the entries of the files below roots, atomically.
 func SaveHashCache(path string, roots ...string) error {
+	var lines []string
 	hashes.mu.Lock()
-	var entries []cachedHash
 	for p, e := range hashes.m {
-		for _, r := range roots {
-			if rel, err := filepath.Rel(r, p); err == nil && filepath.IsLocal(rel) {
-				entries = append(entries, cachedHash{Path: p, Ino: e.ino, Size: e.size, Mtime: e.mtime.Nano(),
-					Ctime: e.ctime.Nano(), Sum: e.sum})
-				break
-			}
+		if strings.ContainsAny(p, "\t\n") || !below(p, roots) {
+			continue
 		}
+		lines = append(lines, fmt.Sprintf("%s\t%d\t%d\t%d\t%d\t%s\n", p, e.ino, e.size, e.mtime.Nano(), e.ctime.Nano(), e.sum))
 	}
 	hashes.mu.Unlock()
-	slices.SortFunc(entries, func(a, b cachedHash) int { return strings.Compare(a.Path, b.Path) })
-	b, err := json.Marshal(entries)
-	if err != nil {
-		return err
-	}
+	slices.Sort(lines)
 	if err := os.MkdirAll(filepath.Dir(path), 0o700); err != nil {
 		return err
 	}
-	return atomicfile.Write(path, b, 0o600)
+	return atomicfile.Write(path, []byte(strings.Join(lines, "")), 0o600)
+}
+
+func below(p string, roots []string) bool {
+	for _, r := range roots {
+		if rel, err := filepath.Rel(r, p); err == nil && filepath.IsLocal(rel) {
+			return true
+		}
+	}
+	return false
 }
