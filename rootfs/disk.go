@@ -16,6 +16,7 @@ import (
 	"github.com/diskfs/go-diskfs/partition/mbr"
 
 	"github.com/allox-os/allox/initramfs"
+	"github.com/allox-os/allox/rootfs/internal/mbrentry"
 )
 
 // DiskOptions fix everything about a disk image that is not in the tree.
@@ -205,7 +206,7 @@ func assemble(path string, size int64, parts []part) error {
 	}
 	table := &mbr.Table{LogicalSectorSize: sectorSize, PhysicalSectorSize: sectorSize}
 	for i, p := range parts {
-		e := linuxPartition(i+1, uint32(p.start/sectorSize), uint32(p.bytes/sectorSize))
+		e := mbrentry.New(i+1, mbr.Linux, uint32(p.start/sectorSize), uint32(p.bytes/sectorSize))
 		e.Bootable = i == 0 && len(parts) > 1
 		table.Partitions = append(table.Partitions, e)
 	}
@@ -222,26 +223,6 @@ func assemble(path string, size int64, parts []part) error {
 		}
 	}
 	return nil
-}
-
-// linuxPartition is an MBR entry of type 0x83 with CHS fields computed for the usual 255 heads and
-// 63 sectors per track (capped at 1023/254/63 beyond what CHS can address).
-func linuxPartition(index int, start, sectors uint32) *mbr.Partition {
-	p := &mbr.Partition{Index: index, Type: mbr.Linux, Start: start, Size: sectors}
-	p.StartCylinder, p.StartHead, p.StartSector = chs(start)
-	p.EndCylinder, p.EndHead, p.EndSector = chs(start + sectors - 1)
-	return p
-}
-
-func chs(lba uint32) (cylinder, head, sector byte) {
-	const heads, sectorsPerTrack = 255, 63
-	c := lba / (heads * sectorsPerTrack)
-	h := (lba / sectorsPerTrack) % heads
-	s := lba%sectorsPerTrack + 1
-	if c > 1023 {
-		c, h, s = 1023, 254, 63
-	}
-	return byte(c), byte(h), byte(s) | byte(c>>8)<<6
 }
 
 // copySparse writes src into the file dst at offset, skipping all-zero blocks (dst is new and sparse).

@@ -240,17 +240,6 @@ func TestDiskOptionErrors(t *testing.T) {
 	}
 }
 
-func TestCHS(t *testing.T) {
-	for _, tc := range []struct {
-		lba     uint32
-		c, h, s byte
-	}{{2048, 0, 32, 33}, {0, 0, 0, 1}, {16450559, 0xff, 254, 0xff}, {1 << 30, 0xff, 254, 0xff}, {16065 * 256, 0, 0, 1 | 1<<6}} {
-		if c, h, s := chs(tc.lba); c != tc.c || h != tc.h || s != tc.s {
-			t.Errorf("chs(%d) = %d/%d/%d, want %d/%d/%d", tc.lba, c, h, s, tc.c, tc.h, tc.s)
-		}
-	}
-}
-
 // inodeSummary is what debugfs stat says about an inode, reduced to what the tree determines.
 type inodeSummary struct {
 	Type, Mode   string

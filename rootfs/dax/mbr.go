@@ -7,6 +7,8 @@ import (
 	"io/fs"
 
 	"github.com/diskfs/go-diskfs/partition/mbr"
+
+	"github.com/allox-os/allox/rootfs/internal/mbrentry"
 )
 
 // SectorSize is the MBR's logical sector size.
@@ -48,27 +50,12 @@ func ReadMBR(r io.ReaderAt, base int64) ([]Partition, error) {
 func writeMBR(w io.WriterAt, base int64, parts []Partition, diskBytes int64) error {
 	t := &mbr.Table{LogicalSectorSize: SectorSize, PhysicalSectorSize: SectorSize}
 	for _, p := range parts {
-		e := &mbr.Partition{Index: p.Index, Type: mbr.Type(p.Type), Start: p.Start, Size: p.Sectors}
-		e.StartCylinder, e.StartHead, e.StartSector = chs(p.Start)
-		e.EndCylinder, e.EndHead, e.EndSector = chs(p.Start + p.Sectors - 1)
-		t.Partitions = append(t.Partitions, e)
+		t.Partitions = append(t.Partitions, mbrentry.New(p.Index, mbr.Type(p.Type), p.Start, p.Sectors))
 	}
 	if err := t.Write(&window{w: w, base: base}, diskBytes); err != nil {
 		return fmt.Errorf("MBR at byte %d: %w", base, err)
 	}
 	return nil
-}
-
-// chs is the CHS address of lba for 255 heads and 63 sectors per track, capped at 1023/254/63.
-func chs(lba uint32) (cylinder, head, sector byte) {
-	const heads, sectorsPerTrack = 255, 63
-	c := lba / (heads * sectorsPerTrack)
-	h := (lba / sectorsPerTrack) % heads
-	s := lba%sectorsPerTrack + 1
-	if c > 1023 {
-		c, h, s = 1023, 254, 63
-	}
-	return byte(c), byte(h), byte(s) | byte(c>>8)<<6
 }
 
 // window presents r or w from byte base on as the file go-diskfs reads and writes tables through;

@@ -8,13 +8,10 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 
-	"github.com/allox-os/allox/internal/atomicfile"
 	"github.com/allox-os/allox/services/internal/effects/evidence"
 	"github.com/allox-os/allox/services/internal/effects/verdict"
 )
@@ -26,16 +23,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "usage: system-effects-verify EVIDENCE_DIR")
 		return 2
 	}
-	ev, err := evidence.Load(args[0])
-	if err != nil {
-		fmt.Fprintln(stderr, "system-effects-verify:", err)
-		return 2
-	}
-	r := verdict.Verify(ev)
-	b, err := json.MarshalIndent(r, "", "  ")
-	if err == nil {
-		err = atomicfile.Write(filepath.Join(args[0], evidence.ReportFile), append(b, '\n'), 0o600)
-	}
+	r, err := verdict.Judge(args[0], evidence.ReportFile, verdict.Verify)
 	if err != nil {
 		fmt.Fprintln(stderr, "system-effects-verify:", err)
 		return 2

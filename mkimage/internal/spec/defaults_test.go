@@ -108,25 +108,46 @@ func TestManifest(t *testing.T) {
 	}
 }
 
-// The appliance of the guest's process-tree test is the default one plus the plugin: its kernel
-// inputs are identical, so the second `make image` build takes the kernel from the cache.
-func TestProcessTreeSpec(t *testing.T) {
+// loadAppliances loads images/allox.hcl and a test appliance spec from qemu-tests/testdata/.
+func loadAppliances(t *testing.T, testSpec string) (def, img *Image) {
+	t.Helper()
 	def, diags := Load("../../../images/allox.hcl")
 	if diags.HasErrors() {
 		t.Fatal(diags)
 	}
-	pt, diags := Load("../../../qemu-tests/testdata/process-tree.hcl")
+	img, diags = Load("../../../qemu-tests/testdata/" + testSpec)
 	if diags.HasErrors() {
 		t.Fatal(diags)
 	}
+	return def, img
+}
+
+// checkPluginAppliance checks that img's daemon has exactly plugins and a command ending in flags,
+// then strips both, with the spec file and output directory, so that the caller's final comparison
+// with def sees only what must stay as in images/allox.hcl.
+func checkPluginAppliance(t *testing.T, def, img *Image, name string, plugins, flags []string) {
+	t.Helper()
+	if diff := cmp.Diff(plugins, img.Services[0].Plugins); diff != "" {
+		t.Errorf("%s daemon plugins (-want +got):\n%s", name, diff)
+	}
+	if got := img.Services[0].Command; len(got) < len(flags) || !slices.Equal(got[len(got)-len(flags):], flags) {
+		t.Errorf("%s daemon command %q must end with %q", name, got, flags)
+	} else {
+		img.Services[0].Command = got[:len(got)-len(flags)]
+	}
+	img.Services[0].Plugins = def.Services[0].Plugins
+	img.File, img.Output = def.File, def.Output
+}
+
+// The appliance of the guest's process-tree test is the default one plus the plugin: its kernel
+// inputs are identical, so the second `make image` build takes the kernel from the cache.
+func TestProcessTreeSpec(t *testing.T) {
+	def, pt := loadAppliances(t, "process-tree.hcl")
 	if diff := cmp.Diff(def.Kernel, pt.Kernel); diff != "" {
 		t.Errorf("kernel differs from images/allox.hcl (-default +process-tree):\n%s", diff)
 	}
 	if got := def.Services[0].Plugins; len(got) != 0 {
 		t.Errorf("images/allox.hcl daemon plugins = %q, want none", got)
-	}
-	if diff := cmp.Diff([]string{"process-tree"}, pt.Services[0].Plugins); diff != "" {
-		t.Errorf("process-tree.hcl daemon plugins (-want +got):\n%s", diff)
 	}
 	if got := PluginTag("process-tree"); got != "allox_process_tree" {
 		t.Errorf("PluginTag(process-tree) = %q", got)
@@ -134,14 +155,8 @@ func TestProcessTreeSpec(t *testing.T) {
 	// The test image is a hand copy: everything but the daemon's plugins and tracker flags, the spec
 	// file and the output directory must stay as in images/allox.hcl, or the guest test would be
 	// testing a different appliance.
-	want := []string{"--process-tracker", "--process-tree-provider", "ebpf"}
-	if got := pt.Services[0].Command; len(got) < len(want) || !slices.Equal(got[len(got)-len(want):], want) {
-		t.Errorf("process-tree.hcl daemon command %q must end with %q", got, want)
-	} else {
-		pt.Services[0].Command = got[:len(got)-len(want)]
-	}
-	pt.Services[0].Plugins = def.Services[0].Plugins
-	pt.File, pt.Output = def.File, def.Output
+	checkPluginAppliance(t, def, pt, "process-tree.hcl", []string{"process-tree"},
+		[]string{"--process-tracker", "--process-tree-provider", "ebpf"})
 	if diff := cmp.Diff(def, pt); diff != "" {
 		t.Errorf("process-tree.hcl drifted from images/allox.hcl beyond the provider (-default +process-tree):\n%s", diff)
 	}
@@ -150,25 +165,9 @@ func TestProcessTreeSpec(t *testing.T) {
 // The appliance of the guest's system-effects test is the default one plus the observer plugin,
 // enabled with its scope file and managed execution: nothing else may differ.
 func TestSystemEffectsSpec(t *testing.T) {
-	def, diags := Load("../../../images/allox.hcl")
-	if diags.HasErrors() {
-		t.Fatal(diags)
-	}
-	se, diags := Load("../../../qemu-tests/testdata/system-effects.hcl")
-	if diags.HasErrors() {
-		t.Fatal(diags)
-	}
-	if diff := cmp.Diff([]string{PluginSystemEffects}, se.Services[0].Plugins); diff != "" {
-		t.Errorf("system-effects.hcl daemon plugins (-want +got):\n%s", diff)
-	}
-	want := []string{"--observer", "--observer-scope", ObserverScopeFile, "--managed-execution"}
-	if got := se.Services[0].Command; len(got) < len(want) || !slices.Equal(got[len(got)-len(want):], want) {
-		t.Errorf("system-effects.hcl daemon command %q must end with %q", got, want)
-	} else {
-		se.Services[0].Command = got[:len(got)-len(want)]
-	}
-	se.Services[0].Plugins = def.Services[0].Plugins
-	se.File, se.Output = def.File, def.Output
+	def, se := loadAppliances(t, "system-effects.hcl")
+	checkPluginAppliance(t, def, se, "system-effects.hcl", []string{PluginSystemEffects},
+		[]string{"--observer", "--observer-scope", ObserverScopeFile, "--managed-execution"})
 	if diff := cmp.Diff(def, se); diff != "" {
 		t.Errorf("system-effects.hcl drifted from images/allox.hcl beyond the observer (-default +system-effects):\n%s", diff)
 	}

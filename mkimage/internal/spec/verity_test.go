@@ -61,14 +61,7 @@ func TestParseVerityErrors(t *testing.T) {
 // else, the kernel inputs first, must stay as in images/allox.hcl, or the test would be testing a
 // different appliance (and `make image` would build a second kernel).
 func TestVeritySpec(t *testing.T) {
-	def, diags := Load("../../../images/allox.hcl")
-	if diags.HasErrors() {
-		t.Fatal(diags)
-	}
-	v, diags := Load("../../../qemu-tests/testdata/verity.hcl")
-	if diags.HasErrors() {
-		t.Fatal(diags)
-	}
+	def, v := loadAppliances(t, "verity.hcl")
 	if def.Rootfs.Verity || !v.Rootfs.Verity {
 		t.Errorf("rootfs.verity: images/allox.hcl %v, verity.hcl %v; want false and true", def.Rootfs.Verity, v.Rootfs.Verity)
 	}

@@ -16,7 +16,7 @@ const managedTmp = ".allox-tmp"
 
 // managedCommand builds a managed (unsandboxed) run: /bin/sh as the launcher, cwd in current/,
 // the sandbox's environment with TMPDIR moved into the workspace.
-func managedCommand(req *StartRequest, cwd string) (*exec.Cmd, error) {
+func managedCommand(req *StartRequest, cwd string) *exec.Cmd {
 	tmp := filepath.Join(req.Workspace.Current, managedTmp)
 	args := append([]string{"-c", managedLauncher, "allox-managed"}, req.Argv...)
 	cmd := exec.Command("/bin/sh", args...)
@@ -27,5 +27,5 @@ func managedCommand(req *StartRequest, cwd string) (*exec.Cmd, error) {
 		}
 		cmd.Env = append(cmd.Env, kv[0]+"="+kv[1])
 	}
-	return cmd, nil
+	return cmd
 }

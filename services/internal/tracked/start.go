@@ -57,12 +57,7 @@ func (m *Manager) Start(ctx context.Context, req StartRequest) (*Status, error) 
 		return nil, fmt.Errorf("%w: start bwrap: %w", ErrSandbox, err)
 	}
 	r.st.Pid = cmd.Process.Pid
-	if err := m.passGate(id, cmd, r.group); err != nil {
-		release.Close()
-		_ = os.RemoveAll(dir)
-		return nil, fmt.Errorf("%w: %w", ErrSandbox, err)
-	}
-	if err := m.beginObserver(req.Observer, cmd, r); err != nil {
+	if err := m.admit(id, cmd, r, req.Observer); err != nil {
 		release.Close()
 		_ = os.RemoveAll(dir)
 		return nil, fmt.Errorf("%w: %w", ErrSandbox, err)
@@ -79,20 +74,39 @@ func (m *Manager) Start(ctx context.Context, req StartRequest) (*Status, error) 
 	return st, nil
 }
 
-// passGate runs the manager's gate, if any, while bwrap waits on its block
-// fd. If the gate fails, the run's cgroup is killed, bwrap reaped and the
-// group removed before the error is returned: the command never ran.
-func (m *Manager) passGate(id string, cmd *exec.Cmd, group string) error {
+// admit runs, while bwrap waits on its block fd, the manager's gate (if any) and then the run's
+// observer's first look, with the group frozen. If either fails, the run's cgroup is killed, bwrap
+// reaped and the group removed before the error is returned: the command never ran.
+func (m *Manager) admit(id string, cmd *exec.Cmd, r *run, o Observer) error {
 	m.mu.Lock()
 	gate := m.gate
 	m.mu.Unlock()
-	if gate == nil {
+	if gate != nil {
+		if err := gate(id, cmd.Process.Pid); err != nil {
+			return m.abandon(cmd, r.group, fmt.Errorf("run gate: %w", err))
+		}
+	}
+	if o == nil {
 		return nil
 	}
-	gateErr := gate(id, cmd.Process.Pid)
-	if gateErr == nil {
-		return nil
+	err := m.freeze(r.group, true)
+	if err == nil {
+		if err = o.Begin(m.status(r)); err != nil {
+			err = fmt.Errorf("observer: %w", err)
+		}
 	}
+	if err == nil {
+		err = m.freeze(r.group, false)
+	}
+	if err != nil {
+		return m.abandon(cmd, r.group, err)
+	}
+	return nil
+}
+
+// abandon kills a run that was never released (cgroup.kill also ends frozen tasks), reaps bwrap
+// and removes the group; it returns cause with whatever went wrong doing so.
+func (m *Manager) abandon(cmd *exec.Cmd, group string, cause error) error {
 	ctx, cancel := context.WithTimeout(context.Background(), killGrace)
 	defer cancel()
 	killErr := m.cg.killWait(ctx, group)
@@ -101,56 +115,29 @@ func (m *Manager) passGate(id string, cmd *exec.Cmd, group string) error {
 	if killErr == nil {
 		killErr = m.cg.remove(group)
 	}
-	return errors.Join(fmt.Errorf("run gate: %w", gateErr), killErr)
+	return errors.Join(cause, killErr)
 }
 
-// beginObserver freezes the run's group (bwrap is still waiting on its block fd), lets the observer
-// take its first look, and thaws the group. Any failure kills the group before the command ran.
-func (m *Manager) beginObserver(o Observer, cmd *exec.Cmd, r *run) error {
-	if o == nil {
-		return nil
-	}
+// freeze freezes or thaws a run's group, waiting at most killGrace.
+func (m *Manager) freeze(group string, frozen bool) error {
 	ctx, cancel := context.WithTimeout(context.Background(), killGrace)
-	err := m.cg.freeze(ctx, r.group, true)
-	cancel()
-	if err == nil {
-		m.mu.Lock()
-		st := r.st.clone()
-		m.mu.Unlock()
-		if err = o.Begin(st); err != nil {
-			err = fmt.Errorf("observer: %w", err)
-		}
-	}
-	if err == nil {
-		ctx, cancel := context.WithTimeout(context.Background(), killGrace)
-		err = m.cg.freeze(ctx, r.group, false)
-		cancel()
-	}
-	if err == nil {
-		return nil
-	}
-	ctx, cancel = context.WithTimeout(context.Background(), killGrace)
 	defer cancel()
-	killErr := m.cg.killWait(ctx, r.group) // cgroup.kill also ends frozen tasks
-	_ = cmd.Wait()
-	closeOutput(cmd)
-	if killErr == nil {
-		killErr = m.cg.remove(r.group)
-	}
-	return errors.Join(err, killErr)
+	return m.cg.freeze(ctx, group, frozen)
+}
+
+// status is a copy of a run's current record.
+func (m *Manager) status(r *run) *Status {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return r.st.clone()
 }
 
 // residue lets the observer look at the processes a managed run left behind, with the group
 // frozen, before supervise kills them.
 func (m *Manager) residue(o Observer, r *run) {
-	ctx, cancel := context.WithTimeout(context.Background(), killGrace)
-	err := m.cg.freeze(ctx, r.group, true)
-	cancel()
+	err := m.freeze(r.group, true)
 	if err == nil {
-		m.mu.Lock()
-		st := r.st.clone()
-		m.mu.Unlock()
-		err = o.Residue(st)
+		err = o.Residue(m.status(r))
 	}
 	if err != nil {
 		m.mu.Lock()
@@ -161,15 +148,13 @@ func (m *Manager) residue(o Observer, r *run) {
 
 // endObserver freezes the empty group and lets the observer take its last look. killErr is the
 // failure to empty the group, if any; the observer is told either way.
-func endObserver(o Observer, c *cgroups, group string, st *Status, killErr error) {
+func (m *Manager) endObserver(o Observer, group string, st *Status, killErr error) {
 	if o == nil {
 		return
 	}
 	quiesce := killErr
 	if quiesce == nil {
-		ctx, cancel := context.WithTimeout(context.Background(), killGrace)
-		quiesce = c.freeze(ctx, group, true)
-		cancel()
+		quiesce = m.freeze(group, true)
 	}
 	effects, err := o.End(st.clone(), quiesce)
 	st.Effects = effects
@@ -225,14 +210,7 @@ func (m *Manager) prepare(req *StartRequest, r *run, dir, cwd string) (*exec.Cmd
 	}
 	var cmd *exec.Cmd
 	if req.Managed {
-		if cmd, err = managedCommand(req, cwd); err != nil {
-			closeAll()
-			block.Close()
-			release.Close()
-			cgfd.Close()
-			_ = m.cg.remove(r.group)
-			return nil, nil, nil, err
-		}
+		cmd = managedCommand(req, cwd)
 	} else {
 		cmd = exec.Command(m.cfg.Bwrap, bwrapArgs(&m.cfg, req, cwd, tmp)...)
 		cmd.Env = []string{"PATH=" + sandboxPath} // bwrap --clearenv anyway
@@ -285,7 +263,7 @@ func (m *Manager) supervise(cmd *exec.Cmd, r *run, dir string, req StartRequest)
 			st.Reason = joinReason(st.Reason, "tmp sync: "+err.Error())
 		}
 	}
-	endObserver(req.Observer, m.cg, r.group, st, killErr)
+	m.endObserver(req.Observer, r.group, st, killErr)
 	if killErr == nil {
 		killErr = m.cg.remove(r.group)
 	}

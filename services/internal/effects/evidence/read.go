@@ -49,7 +49,6 @@ func Load(dir string) (*Evidence, error) {
 }
 
 func (e *Evidence) load() {
-	e.checkManifest()
 	var h Header
 	if err := e.readJSON(HeaderFile, &h); err == nil {
 		if verr := h.Validate(); verr != nil {
@@ -58,6 +57,7 @@ func (e *Evidence) load() {
 			e.Header = &h
 		}
 	}
+	e.checkManifest()
 	if e.Header == nil {
 		return
 	}
@@ -136,19 +136,13 @@ func (e *Evidence) checkManifest() {
 			e.problem("%s: present but not in the manifest", f.Path)
 		}
 	}
-	var h Header
-	if err := json.Unmarshal(mustRead(e.Dir, HeaderFile), &h); err == nil && h.Validate() == nil {
-		for _, f := range h.RequiredFiles() {
+	if e.Header != nil {
+		for _, f := range e.Header.RequiredFiles() {
 			if !listed[f] {
 				e.problem("%s: required but not in the manifest", f)
 			}
 		}
 	}
-}
-
-func mustRead(dir, name string) []byte {
-	b, _ := os.ReadFile(filepath.Join(dir, name))
-	return b
 }
 
 // readJSON decodes a file of the set, recording a problem on failure.

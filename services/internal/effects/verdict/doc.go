@@ -1,6 +1,6 @@
 // Package verdict judges an evidence set: pure functions from an
-// evidence.Evidence to a report, no I/O. The verifier commands are thin
-// mains around it.
+// evidence.Evidence to a report, no I/O, and Judge, the one body of both
+// verifier commands (load the set, judge it, write the report into it).
 //
 // Per domain and transition (e.g. A→B) a domain is
 //   - CONSISTENT: equal at both points (under the domain's rule below),

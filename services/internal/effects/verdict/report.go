@@ -1,6 +1,10 @@
 package verdict
 
 import (
+	"encoding/json"
+	"path/filepath"
+
+	"github.com/allox-os/allox/internal/atomicfile"
 	"github.com/allox-os/allox/services/internal/effects/evidence"
 )
 
@@ -95,4 +99,20 @@ func capped(v, state string) string {
 		return worse(v, Inconclusive)
 	}
 	return v
+}
+
+// Judge is the body of both verifier commands: it loads the evidence set in dir (reading nothing
+// else), judges it and writes the report into the set as name, outside the manifest.
+func Judge[R any](dir, name string, judge func(*evidence.Evidence) R) (R, error) {
+	var r R
+	ev, err := evidence.Load(dir)
+	if err != nil {
+		return r, err
+	}
+	r = judge(ev)
+	b, err := json.MarshalIndent(r, "", "  ")
+	if err == nil {
+		err = atomicfile.Write(filepath.Join(dir, name), append(b, '\n'), 0o600)
+	}
+	return r, err
 }
