@@ -31,6 +31,9 @@ func startHistory(cgroup string, out io.Writer) (recorder, error) {
 	return historyRecorder{r}, nil
 }
 
+// prewarmHistory prepares the recorder's start without loading anything into the kernel.
+func prewarmHistory() error { return history.Prewarm() }
+
 type historyRecorder struct{ r *history.Recorder }
 
 func (h historyRecorder) Stop() (evidence.History, error) {

@@ -11,6 +11,13 @@
 //	{"op":"capture","point":"C"}  → (protocol 3) capture C after the recovery
 //	{"op":"close"}                → write the manifest; the process exits 0
 //
+// Started with --standby alone, it prepares the history recorder's start
+// (decoding the kernel's BTF, which costs more than any other step of A)
+// and then takes its command line as its first request,
+// {"op":"begin","args":["--evidence",...]}, answered like the others: the
+// daemon keeps one standby observer ready so that a run does not wait for
+// a process to start and decode the kernel's types.
+//
 // Each answer is {"ok":true} or {"error":"..."}. Any fault (a bad request, a
 // point out of order, a write that fails, the recorder failing, stdin closed
 // or a signal before close) is written to the set's fault log and answered

@@ -9,6 +9,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"time"
 
 	"github.com/allox-os/allox/services/internal/effects/capture"
@@ -43,12 +44,73 @@ type observer struct {
 	hashCache string
 }
 
+// begin is the first request of an observer started with --standby: its command line.
+type begin struct {
+	Op   string   `json:"op"`
+	Args []string `json:"args"`
+}
+
 func run(ctx context.Context, args []string, stdin io.Reader, stdout io.Writer) error {
+	if slices.Equal(args, []string{"--standby"}) {
+		return standby(ctx, stdin, stdout)
+	}
 	obs, err := newObserver(args)
 	if err != nil {
 		return err
 	}
 	return obs.serve(ctx, stdin, stdout)
+}
+
+// standby prepares what an observation's start needs and does not depend on the run (the
+// history recorder's kernel types), then waits for the run's command line on stdin
+// ({"op":"begin","args":[...]}), answers it and serves the run like an observer started with
+// those arguments.
+func standby(ctx context.Context, stdin io.Reader, stdout io.Writer) error {
+	setNice(19)
+	// A failure here recurs, and is reported, when the recorder starts after A.
+	_ = prewarmHistory()
+	in := bufio.NewReader(stdin)
+	type result struct {
+		line []byte
+		err  error
+	}
+	got := make(chan result, 1)
+	go func() { l, err := in.ReadBytes('\n'); got <- result{l, err} }()
+	var r result
+	select {
+	case <-ctx.Done():
+		return fmt.Errorf("standby: terminated before begin: %w", ctx.Err())
+	case r = <-got:
+	}
+	setNice(0)
+	if r.err != nil {
+		return fmt.Errorf("standby: stdin closed before begin: %w", r.err)
+	}
+	var b begin
+	err := json.Unmarshal(r.line, &struct {
+		Op *string `json:"op"`
+	}{&b.Op})
+	if err == nil && b.Op != "begin" {
+		err = fmt.Errorf("op %q: a standby observer's first request is \"begin\"", b.Op)
+	}
+	if err == nil {
+		dec := json.NewDecoder(bytes.NewReader(r.line))
+		dec.DisallowUnknownFields()
+		err = dec.Decode(&b)
+	}
+	var obs *observer
+	if err == nil {
+		obs, err = newObserver(b.Args)
+	}
+	if err != nil {
+		err = fmt.Errorf("begin: %w", err)
+		_ = reply(stdout, response{Error: err.Error()})
+		return err
+	}
+	if err := reply(stdout, response{OK: true}); err != nil {
+		return obs.fault(stdout, fmt.Errorf("answer: %w", err))
+	}
+	return obs.serve(ctx, in, stdout)
 }
 
 // newObserver parses the command line and creates the evidence set.

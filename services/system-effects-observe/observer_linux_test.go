@@ -61,15 +61,27 @@ func start(t *testing.T, protocol int, scopeJSON string, extra ...string) *sessi
 	inR, inW := io.Pipe()
 	outR, outW := io.Pipe()
 	s.in, s.out = inW, bufio.NewReader(outR)
+	t.Cleanup(func() { inW.Close() })
+	if standbyMode {
+		// Started as the daemon keeps it, then handed the same command line by a begin request.
+		go func() { s.done <- standby(context.Background(), inR, outW); outW.Close() }()
+		b, err := json.Marshal(begin{Op: "begin", Args: args})
+		must(t, err)
+		s.ok(string(b))
+		return s
+	}
 	obs, err := newObserver(args)
 	if err != nil {
 		t.Fatalf("observer: %v", err)
 	}
 	s.obs = obs
 	go func() { s.done <- obs.serve(context.Background(), inR, outW); outW.Close() }()
-	t.Cleanup(func() { inW.Close() })
 	return s
 }
+
+// standbyMode makes start run the observer as a standby (see standby) handed its command line by
+// a begin request.
+var standbyMode bool
 
 // send writes one request and returns the answer line.
 func (s *session) send(req string) response {

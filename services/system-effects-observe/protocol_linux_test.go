@@ -1,6 +1,8 @@
 package main
 
 import (
+	"context"
+	"encoding/json"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -25,8 +27,20 @@ const fullScope = `{"sysctl":["kernel.msgmnb","kernel.hostname","vm."],"modules"
 // TestDirectRun is protocol 2 end to end: the agent writes a file in its
 // workspace between A and B; the set is closed, the history holds the
 // agent's exec, and the separate verifier binary finds the file as the
-// run's effect and every other domain consistent.
+// run's effect and every other domain consistent. It runs twice: with the
+// command line given at start, and as the daemon runs it, a standby
+// observer handed its command line by a begin request.
 func TestDirectRun(t *testing.T) {
+	for _, mode := range []bool{false, true} {
+		t.Run(map[bool]string{false: "flags", true: "standby"}[mode], func(t *testing.T) {
+			standbyMode = mode
+			defer func() { standbyMode = false }()
+			testDirectRun(t)
+		})
+	}
+}
+
+func testDirectRun(t *testing.T) {
 	s := start(t, evidence.ProtocolDirect, fullScope)
 	s.ok(`{"op":"capture","point":"A"}`)
 	s.agent("printf changed > effect.txt")
@@ -266,5 +280,28 @@ func TestResidueIsRecorded(t *testing.T) {
 				t.Errorf("processes %+v, want the background sleep as residue", d)
 			}
 		}
+	}
+}
+
+// TestStandbyRefusesABadBegin: a standby's first request must be a begin with a valid command
+// line; anything else is answered with the error, and the observer exits without a set.
+func TestStandbyRefusesABadBegin(t *testing.T) {
+	requireReal(t)
+	dir := filepath.Join(t.TempDir(), "run-1")
+	for req, want := range map[string]string{
+		`{"op":"capture","point":"A"}`:                                      `first request is "begin"`,
+		`{"op":"begin","args":["-protocol","2"]}`:                           "-evidence: missing",
+		`{"op":"begin","args":["-evidence","` + dir + `","-protocol","2"]}`: "-workspace: missing",
+		`{"op":"begin","argv":[]}`:                                          `unknown field "argv"`,
+	} {
+		var out strings.Builder
+		err := standby(context.Background(), strings.NewReader(req+"\n"), &out)
+		var r response
+		if jerr := json.Unmarshal([]byte(out.String()), &r); jerr != nil || err == nil || !strings.Contains(err.Error(), want) || !strings.Contains(r.Error, want) {
+			t.Errorf("%s: standby = %v, answered %q; want %q in both", req, err, out.String(), want)
+		}
+	}
+	if _, err := os.Stat(dir); !os.IsNotExist(err) {
+		t.Errorf("a refused begin created the evidence set: %v", err)
 	}
 }

@@ -74,6 +74,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			if hook, err = openObserver(cfg, ws, router); err != nil {
 				return fmt.Errorf("--observer: %w", err)
 			}
+			if c, ok := hook.(interface{ Close() }); ok {
+				defer c.Close() // its standby observer
+			}
 		}
 		if err := daemon.RegisterWorkspace(router, ws, hook); err != nil {
 			return err

@@ -47,6 +47,7 @@ type Config struct {
 
 // All captures every domain of cfg's scope at point.
 func All(cfg *Config, point string) []*evidence.Snapshot {
+	hashes.newPass()
 	var out []*evidence.Snapshot
 	for _, d := range cfg.Scope.Domains() {
 		out = append(out, Domain(cfg, d, point))

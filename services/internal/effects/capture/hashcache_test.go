@@ -1,11 +1,14 @@
 package capture
 
 import (
-	"github.com/allox-os/allox/services/internal/effects/evidence"
 	"os"
 	"path/filepath"
 	"testing"
 	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/allox-os/allox/services/internal/effects/evidence"
 )
 
 // TestTreeSeesSameSizeRewrite checks that the hash cache never hides a change: content rewritten
@@ -61,17 +64,15 @@ func TestHashCacheRoundTrip(t *testing.T) {
 			want[p] = e
 		}
 	}
-	hashes.m = map[string]hashEntry{}
 	hashes.mu.Unlock()
+	hashes = newHashCache()
 	file := filepath.Join(t.TempDir(), "cache")
 	Tree(dir)
 	Tree(other)
 	if err := SaveHashCache(file, dir); err != nil {
 		t.Fatal(err)
 	}
-	hashes.mu.Lock()
-	hashes.m = map[string]hashEntry{}
-	hashes.mu.Unlock()
+	hashes = newHashCache()
 	LoadHashCache(file)
 	hashes.mu.Lock()
 	defer hashes.mu.Unlock()
@@ -82,5 +83,74 @@ func TestHashCacheRoundTrip(t *testing.T) {
 		if hashes.m[p] != e {
 			t.Errorf("entry %s = %+v, want %+v", p, hashes.m[p], e)
 		}
+	}
+}
+
+// TestHashCacheSaveKeepsTheLastPass saves the cache of a pass, and checks that a pass over the
+// same files leaves the file alone, that a deleted file's entry goes with the next save, and
+// that a line cut short by a crash is skipped on load.
+func TestHashCacheSaveKeepsTheLastPass(t *testing.T) {
+	dir := t.TempDir()
+	for _, n := range []string{"a", "b", "c"} {
+		if err := os.WriteFile(filepath.Join(dir, n), []byte(n), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	cfg := &Config{Workspace: dir, Shared: filepath.Join(dir, "missing")}
+	file := filepath.Join(t.TempDir(), "cache")
+	reload := func() {
+		hashes = newHashCache()
+		LoadHashCache(file)
+	}
+	inode := func() uint64 {
+		var st unix.Stat_t
+		if err := unix.Stat(file, &st); err != nil {
+			t.Fatal(err)
+		}
+		return st.Ino
+	}
+
+	hashes = newHashCache()
+	All(cfg, evidence.PointA)
+	if err := SaveHashCache(file, dir); err != nil {
+		t.Fatal(err)
+	}
+	reload()
+	if hashes.loaded != 3 {
+		t.Fatalf("loaded %d entries, want 3", hashes.loaded)
+	}
+	first := inode()
+	All(cfg, evidence.PointA)
+	All(cfg, evidence.PointB)
+	if err := SaveHashCache(file, dir); err != nil {
+		t.Fatal(err)
+	}
+	if inode() != first {
+		t.Error("a pass that read no file rewrote the cache")
+	}
+
+	reload()
+	if err := os.Remove(filepath.Join(dir, "b")); err != nil {
+		t.Fatal(err)
+	}
+	All(cfg, evidence.PointA)
+	if err := SaveHashCache(file, dir); err != nil {
+		t.Fatal(err)
+	}
+	reload()
+	if _, ok := hashes.m[filepath.Join(dir, "b")]; ok || hashes.loaded != 2 {
+		t.Errorf("after deleting b: %d entries loaded, b still there: %t", hashes.loaded, ok)
+	}
+
+	b, err := os.ReadFile(file)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(file, b[:len(b)-10], 0o600); err != nil {
+		t.Fatal(err)
+	}
+	reload()
+	if hashes.loaded != 1 {
+		t.Errorf("a cache cut short loaded %d entries, want the 1 whole line", hashes.loaded)
 	}
 }

@@ -5,10 +5,10 @@
 // (e.g. STATE/effects/<run_id>/):
 //
 //	header.json          protocol, ids, paths, scope, recovery parameters, capture times
-//	A/<domain>.json      one Snapshot per domain at each capture point:
-//	B/<domain>.json      A before the agent runs, B after its process tree is gone,
-//	C/<domain>.json      C (protocol 3) after the recovery
-//	residue.json         optional: the processes a managed run left in its frozen
+//	A/<domain>.jsonl     one Snapshot per domain at each capture point:
+//	B/<domain>.jsonl     A before the agent runs, B after its process tree is gone,
+//	C/<domain>.jsonl     C (protocol 3) after the recovery
+//	residue.jsonl        optional: the processes a managed run left in its frozen
 //	                     group when its main process exited, before they were killed
 //	history.jsonl        the history recorder's events
 //	history.json         the recorder's History summary (events, drops)
@@ -21,6 +21,9 @@
 // fsync, rename, directory fsync), after every other file: a set without a
 // manifest is visibly unclosed. The manifest protects against partial and
 // corrupted sets, not against a forger who can rewrite it too.
+//
+// A snapshot file is JSON Lines: its first line is the snapshot's domain,
+// point, notes and item count, then one ["key","value"] line per item.
 //
 // Snapshots are canonical: items sorted by key, values rendered as fixed
 // one-line strings, no ids that the kernel reassigns, no times; two captures

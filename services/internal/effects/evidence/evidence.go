@@ -17,7 +17,7 @@ const (
 	HistorySummaryFile = "history.json"
 	FaultFile          = "faults.log"
 	ManifestFile       = "manifest.json"
-	ResidueFile        = "residue.json"         // optional: processes left behind by a managed run
+	ResidueFile        = "residue.jsonl"        // optional: processes left behind by a managed run
 	ReportFile         = "report.json"          // protocol 2 verifier output
 	RecoveryReportFile = "recovery-report.json" // protocol 3 verifier output
 )
@@ -119,7 +119,7 @@ func (h *Header) Validate() error {
 
 // SnapshotFile is the path of a domain's snapshot at a point, relative to
 // the set's directory.
-func SnapshotFile(point, domain string) string { return point + "/" + domain + ".json" }
+func SnapshotFile(point, domain string) string { return point + "/" + domain + ".jsonl" }
 
 // RequiredFiles lists every file a closed set of this header must hold,
 // except the manifest itself.

@@ -71,7 +71,7 @@ func TestRoundTrip(t *testing.T) {
 			t.Errorf("%s: sha256 %q", f.Path, f.SHA256)
 		}
 	}
-	want := []string{"A/shared.json", "A/workspace.json", "B/shared.json", "B/workspace.json", FaultFile, HeaderFile, HistorySummaryFile, HistoryFile}
+	want := []string{"A/shared.jsonl", "A/workspace.jsonl", "B/shared.jsonl", "B/workspace.jsonl", FaultFile, HeaderFile, HistorySummaryFile, HistoryFile}
 	if diff := cmp.Diff(want, paths); diff != "" {
 		t.Errorf("manifest files (-want +got):\n%s", diff)
 	}
@@ -109,5 +109,31 @@ func must(t *testing.T, err error) {
 	t.Helper()
 	if err != nil {
 		t.Fatal(err)
+	}
+}
+
+// TestCloseVouchesForWhatWasWritten changes a snapshot file behind the set's back, keeping its
+// size, before the set is closed: the manifest lists what the set wrote, so the loaded set is
+// incomplete and names the file.
+func TestCloseVouchesForWhatWasWritten(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "r1")
+	set, err := Create(dir, header())
+	must(t, err)
+	for _, p := range []string{PointA, PointB} {
+		for _, d := range []string{scope.Workspace, scope.Shared} {
+			must(t, set.WriteSnapshot(&Snapshot{Domain: d, Point: p, Items: []Item{{Key: "f", Value: "file sha256=aaaa"}}}))
+		}
+	}
+	must(t, os.WriteFile(set.Path(HistoryFile), nil, 0o600))
+	must(t, set.WriteHistory(History{}))
+	name := SnapshotFile(PointB, scope.Workspace)
+	b, err := os.ReadFile(set.Path(name))
+	must(t, err)
+	must(t, os.WriteFile(set.Path(name), []byte(strings.Replace(string(b), "aaaa", "bbbb", 1)), 0o600))
+	must(t, set.Close())
+	ev, err := Load(dir)
+	must(t, err)
+	if ev.Complete() || !strings.Contains(strings.Join(ev.Problems, "\n"), name+": sha256") {
+		t.Errorf("problems %q, want %s named as not matching the manifest", ev.Problems, name)
 	}
 }

@@ -1,7 +1,6 @@
 package history
 
 import (
-	"bytes"
 	"fmt"
 	"strconv"
 	"testing"
@@ -27,14 +26,7 @@ func TestBurst(t *testing.T) {
 		t.Fatalf("burst: %v: %s", err, cmd.Stdout)
 	}
 	elapsed := time.Since(start)
-	sum, err := r.Stop()
-	if err != nil {
-		t.Fatalf("Stop: %v", err)
-	}
-	evs, err := ReadAll(bytes.NewReader(buf.Bytes()))
-	if err != nil {
-		t.Fatalf("decode history: %v", err)
-	}
+	sum, evs := stopAndRead(t, r, buf.Bytes)
 	created := map[string]int{}
 	for _, ev := range evs {
 		if ev.Kind == KindSyscall && ev.Syscall == "openat" && ev.Ret != nil && *ev.Ret >= 0 {

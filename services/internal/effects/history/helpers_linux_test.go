@@ -113,3 +113,17 @@ func (b *syncBuffer) Bytes() []byte {
 	defer b.mu.Unlock()
 	return bytes.Clone(b.buf.Bytes())
 }
+
+// stopAndRead stops r and decodes the history it wrote (read with bytes).
+func stopAndRead(t testing.TB, r *Recorder, bytesOf func() []byte) (Summary, []Event) {
+	t.Helper()
+	sum, err := r.Stop()
+	if err != nil {
+		t.Fatalf("Stop: %v", err)
+	}
+	evs, err := ReadAll(bytes.NewReader(bytesOf()))
+	if err != nil {
+		t.Fatalf("decode history: %v", err)
+	}
+	return sum, evs
+}

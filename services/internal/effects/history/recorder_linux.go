@@ -8,7 +8,9 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -24,7 +26,8 @@ const (
 	// pollInterval bounds how long a record submitted without a wake-up waits.
 	pollInterval = 50 * time.Millisecond
 	// settle is how long Stop waits after detaching for program runs that
-	// started before the detach to submit their records.
+	// started before the detach to submit their records, unless the scope's
+	// cgroup is empty (see Stop).
 	settle = 20 * time.Millisecond
 )
 
@@ -37,6 +40,7 @@ const (
 // Recorder records the history of one session cgroup. Its methods are
 // safe for use by one goroutine at a time.
 type Recorder struct {
+	cgroup string // the scope's cgroup directory
 	objs   historyObjects
 	links  []link.Link // in detach order
 	reader *ringbuf.Reader
@@ -107,13 +111,14 @@ func start(cgroupPath string, out io.Writer, ringSize uint32) (*Recorder, error)
 		spec.Maps[historyMapEvents].MaxEntries = ringSize
 	}
 	r := &Recorder{
+		cgroup:   cgroupPath,
 		table:    table,
 		out:      bufio.NewWriterSize(out, 64<<10),
 		stopping: make(chan struct{}),
 		done:     make(chan struct{}),
 		procs:    make(map[procKey]struct{}),
 	}
-	if err := spec.LoadAndAssign(&r.objs, nil); err != nil {
+	if err := spec.LoadAndAssign(&r.objs, &ebpf.CollectionOptions{Cache: btfCache()}); err != nil {
 		return nil, fmt.Errorf("load history programs: %w", err)
 	}
 	if err := r.setup(); err != nil {
@@ -217,7 +222,13 @@ func (r *Recorder) Stop() (Summary, error) {
 	}
 	wg.Wait()
 	r.links = nil
-	time.Sleep(settle)
+	// A program run that began before the detach may still be submitting its record. None can be
+	// for the scope once its cgroup is empty: a task leaves its cgroup (cgroup_exit) after its
+	// last traced event (sched_process_exit), and each record is submitted within its run. The
+	// observer stops the recorder at B on an empty, frozen cgroup, so B does not pay the wait.
+	if r.populated() {
+		time.Sleep(settle)
+	}
 	close(r.stopping)
 	// Wake the reader now instead of at its next poll: it returns every record still in the ring,
 	// then ErrFlushed, and ends.
@@ -244,6 +255,21 @@ func (r *Recorder) Stop() (Summary, error) {
 	}
 	errs = append(errs, r.werr, r.closeKernel())
 	return r.sum, errors.Join(errs...)
+}
+
+// populated reports whether the scope's cgroup may still hold a task: true unless its
+// cgroup.events says "populated 0".
+func (r *Recorder) populated() bool {
+	b, err := os.ReadFile(filepath.Join(r.cgroup, "cgroup.events"))
+	if err != nil {
+		return true
+	}
+	for line := range strings.SplitSeq(string(b), "\n") {
+		if line == "populated 0" {
+			return false
+		}
+	}
+	return true
 }
 
 // unfinished writes the syscalls entered before Stop that had not returned.

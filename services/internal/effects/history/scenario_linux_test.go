@@ -1,7 +1,6 @@
 package history
 
 import (
-	"bytes"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -55,14 +54,7 @@ func TestScenario(t *testing.T) {
 	if inside.ProcessState.ExitCode() != 7 || outside.ProcessState.ExitCode() != 7 {
 		t.Fatalf("scenario: inside %v (%s), outside %v (%s); want exit 7", errIn, inside.Stdout, errOut, outside.Stdout)
 	}
-	sum, err := r.Stop()
-	if err != nil {
-		t.Fatalf("Stop: %v", err)
-	}
-	evs, err := ReadAll(bytes.NewReader(buf.Bytes()))
-	if err != nil {
-		t.Fatalf("decode history: %v", err)
-	}
+	sum, evs := stopAndRead(t, r, buf.Bytes)
 
 	if diff := cmp.Diff(wantObjects, objects(evs, in, cg)); diff != "" {
 		t.Errorf("syscalls (-want +got):\n%s", diff)

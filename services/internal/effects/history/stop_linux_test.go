@@ -29,14 +29,7 @@ func TestDropsReported(t *testing.T) {
 		t.Fatalf("shell: %v", err)
 	}
 	close(w.open)
-	sum, err := r.Stop()
-	if err != nil {
-		t.Fatalf("Stop: %v", err)
-	}
-	evs, err := ReadAll(bytes.NewReader(w.buf.Bytes()))
-	if err != nil {
-		t.Fatalf("decode history: %v", err)
-	}
+	sum, evs := stopAndRead(t, r, w.buf.Bytes)
 	end := evs[len(evs)-1]
 	if sum.Dropped == 0 || !sum.Incomplete || end.Kind != KindEnd || end.Dropped != sum.Dropped || !end.Incomplete {
 		t.Errorf("summary dropped %d incomplete %v, end line %+v; want drops reported in both", sum.Dropped, sum.Incomplete, end)
@@ -128,14 +121,7 @@ func TestPresent(t *testing.T) {
 		t.Fatal(err)
 	}
 	_ = cmd.Wait()
-	sum, err := r.Stop()
-	if err != nil {
-		t.Fatalf("Stop: %v", err)
-	}
-	evs, err := ReadAll(bytes.NewReader(buf.Bytes()))
-	if err != nil {
-		t.Fatalf("decode history: %v", err)
-	}
+	sum, evs := stopAndRead(t, r, buf.Bytes)
 	first, exit := evs[0], evs[len(evs)-2]
 	pid := cmd.Process.Pid
 	wd, _ := os.Getwd()
@@ -173,3 +159,36 @@ var errDiskFull = errors.New("disk full")
 type failWriter struct{}
 
 func (failWriter) Write([]byte) (int, error) { return 0, errDiskFull }
+
+// TestStopOnEmptyCgroupMissesNothing stops the recorder the moment the scope's cgroup is empty,
+// which skips the settling wait: every open, fork and exit of a burst of short-lived processes
+// is still in the history.
+func TestStopOnEmptyCgroupMissesNothing(t *testing.T) {
+	requireRoot(t)
+	cg := newCgroup(t, "empty")
+	dir := t.TempDir()
+	var buf syncBuffer
+	r, err := Start(cg, &buf)
+	if err != nil {
+		t.Fatalf("Start: %v", err)
+	}
+	const n = 50
+	cmd := shell(t, cg, `for i in $(seq `+strconv.Itoa(n)+`); do (: > "$DIR/f$i") & done; wait`, "DIR="+dir)
+	if err := cmd.Wait(); err != nil {
+		t.Fatalf("shell: %v", err)
+	}
+	for r.populated() {
+		time.Sleep(time.Millisecond)
+	}
+	sum, evs := stopAndRead(t, r, buf.Bytes)
+	kinds := map[string]int{}
+	for _, ev := range evs {
+		kinds[ev.Kind]++
+	}
+	// Every process of the burst (the shell, $(seq) and the n subshells) was forked into the
+	// cgroup and exited in it.
+	if sum.Syscalls["openat"] != n || kinds[KindFork] < n+2 || kinds[KindExit] != kinds[KindFork] || sum.Dropped != 0 {
+		t.Errorf("openat %d, forks %d, exits %d, dropped %d; want %d, at least %d, as many exits and 0",
+			sum.Syscalls["openat"], kinds[KindFork], kinds[KindExit], sum.Dropped, n, n+2)
+	}
+}

@@ -5,8 +5,12 @@
 //   - protocol 3 only (recovery requested): the session must be free of other runs, and a baseline
 //     checkpoint is created and pinned (or the explicit checkpoint_id must exist and is pinned);
 //   - the run's cgroup is created and frozen with bwrap waiting on its block fd (package tracked);
-//   - the observer program, loaded from a sealed in-memory copy whose sha256 matches its pin, is
-//     started as a separate privileged process and captures A; only then is the agent released.
+//   - the observer program, loaded from a sealed in-memory copy whose sha256 matches its pin, runs
+//     as a separate privileged process and captures A; only then is the agent released. The plugin
+//     keeps one observer on standby (started with --standby while the previous agent runs, at nice
+//     19: it decodes the kernel's BTF for its history recorder and loads nothing into the kernel);
+//     a run takes it and hands it its command line, after checking the program file against its
+//     pin again.
 //
 // Once the whole process tree has exited and the empty cgroup is frozen again:
 //   - the observer captures B (it stops its history recorder first);

@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -124,6 +125,7 @@ func newEnv(t testing.TB, scopeJSON string) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
+	t.Cleanup(p.Close)
 	if _, err := ws.CreateAgent("a", nil); err != nil {
 		t.Fatal(err)
 	}
@@ -249,24 +251,11 @@ func TestTamperedRecoverFences(t *testing.T) {
 func TestObserverKilledFences(t *testing.T) {
 	e := newEnv(t, "")
 	e.session("s1")
-	req := tracked.StartRequest{AgentID: "a", SessionID: "s1", Argv: []string{"/bin/sleep", "60"}}
-	if _, err := e.p.Prepare(context.Background(), &req, daemon.RunParams{}); err != nil {
-		t.Fatal(err)
-	}
-	st, err := e.ws.StartProcess(context.Background(), req)
-	if err != nil {
-		t.Fatal(err)
-	}
-	e.p.mu.Lock()
-	ro := e.p.running[st.RunID]
-	e.p.mu.Unlock()
-	if ro == nil {
-		t.Fatal("no observer registered for the run")
-	}
+	st, ro := e.startSleep("s1")
 	ro.obs.kill()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	st, err = e.ws.Runs.Wait(ctx, st.RunID)
+	st, err := e.ws.Runs.Wait(ctx, st.RunID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -333,5 +322,102 @@ func TestSystemDomainsInconsistent(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// startSleep starts an observed /bin/sleep 60 and returns its record and its observer.
+func (e *env) startSleep(session string) (*tracked.Status, *runObserver) {
+	e.t.Helper()
+	req := tracked.StartRequest{AgentID: "a", SessionID: session, Argv: []string{"/bin/sleep", "60"}}
+	if _, err := e.p.Prepare(context.Background(), &req, daemon.RunParams{}); err != nil {
+		e.t.Fatal(err)
+	}
+	st, err := e.ws.StartProcess(context.Background(), req)
+	if err != nil {
+		e.t.Fatal(err)
+	}
+	e.p.mu.Lock()
+	ro := e.p.running[st.RunID]
+	e.p.mu.Unlock()
+	if ro == nil {
+		e.t.Fatal("no observer registered for the run")
+	}
+	return st, ro
+}
+
+// waitStandby waits for the plugin's standby observer and returns its pid.
+func (e *env) waitStandby() int {
+	e.t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for time.Now().Before(deadline) {
+		e.p.mu.Lock()
+		o := e.p.standby
+		e.p.mu.Unlock()
+		if o != nil {
+			return o.cmd.Process.Pid
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	e.t.Fatal("no standby observer after 30s")
+	return 0
+}
+
+// TestStandbyObserverRunsTheNextRun: the run's observer is the standby started before it, a new
+// standby follows, and a standby that died while waiting is replaced by one started for the run.
+func TestStandbyObserverRunsTheNextRun(t *testing.T) {
+	e := newEnv(t, "")
+	e.session("s1")
+	pid := e.waitStandby()
+	st, ro := e.startSleep("s1")
+	if ro.obs.cmd.Process.Pid != pid {
+		t.Fatalf("the run's observer is not the standby (pid %d)", pid)
+	}
+	next := e.waitStandby()
+	if next == pid {
+		t.Fatal("the standby taken by the run is still the standby")
+	}
+	if err := e.ws.Runs.Kill(st.RunID); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	st, err := e.ws.Runs.Wait(ctx, st.RunID)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if eff := e.effects(st); eff.Fenced {
+		t.Fatalf("a killed run with its observer intact fenced the session: %+v", eff)
+	}
+
+	if err := syscall.Kill(next, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	st, err = e.start("s1", daemon.RunParams{}, false, seed...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if eff := e.effects(st); eff.Fenced || eff.Verdict != rpc.VerdictConsistent || eff.Evidence != rpc.EvidenceComplete {
+		t.Fatalf("run after the standby died: %+v, want CONSISTENT COMPLETE", eff)
+	}
+}
+
+// TestChangedObserverRefusedWhileAStandbyWaits: the observer program is changed on disk after the
+// standby started from its checked copy; the next run is still refused for the pin, and fenced.
+func TestChangedObserverRefusedWhileAStandbyWaits(t *testing.T) {
+	e := newEnv(t, "")
+	e.session("s1")
+	e.waitStandby()
+	f, err := os.OpenFile(filepath.Join(e.libexec, ObserveProgram), os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Write([]byte{0})
+	f.Close()
+	_, err = e.start("s1", daemon.RunParams{}, false, "/bin/true")
+	if err == nil || !strings.Contains(err.Error(), "pin") {
+		t.Fatalf("start with a changed observer = %v, want refused for its pin", err)
+	}
+	if _, ok := e.ws.Fences.Get("a", "s1"); !ok {
+		t.Error("session not fenced after the observer failed its pin")
 	}
 }

@@ -23,13 +23,15 @@ type observer struct {
 	stderr  *strings.Builder
 	exited  chan struct{} // closed when the process has exited
 	waitErr error
-	closing bool // set before a deliberate close: its exit is not a fault
+	closing bool        // set before a deliberate close: its exit is not a fault
+	onExit  func(error) // called if the process exits before close was asked for; nil in standby
 	mu      sync.Mutex
 }
 
 type request struct {
-	Op    string `json:"op"`
-	Point string `json:"point,omitempty"`
+	Op    string   `json:"op"`
+	Point string   `json:"point,omitempty"`
+	Args  []string `json:"args,omitempty"` // begin: the run's command line
 }
 
 type answer struct {
@@ -37,9 +39,8 @@ type answer struct {
 	Error string `json:"error"`
 }
 
-// startObserver starts prog with args. onExit is called (once, from another goroutine) if the
-// process exits before close was asked for: that is a fault during the run.
-func startObserver(prog *program, args []string, onExit func(error)) (*observer, error) {
+// startObserver starts prog with args.
+func startObserver(prog *program, args []string) (*observer, error) {
 	cmd := exec.Command(prog.Path(), args...)
 	cmd.Args[0] = ObserveProgram
 	var stderr strings.Builder
@@ -61,7 +62,7 @@ func startObserver(prog *program, args []string, onExit func(error)) (*observer,
 		err := cmd.Wait()
 		o.mu.Lock()
 		o.waitErr = err
-		deliberate := o.closing
+		deliberate, onExit := o.closing, o.onExit
 		o.mu.Unlock()
 		close(o.exited)
 		if !deliberate && onExit != nil {
@@ -69,6 +70,24 @@ func startObserver(prog *program, args []string, onExit func(error)) (*observer,
 		}
 	}()
 	return o, nil
+}
+
+// begin hands a standby observer its run: the command line, and onExit, called (once, from
+// another goroutine) if the process exits before close was asked for, a fault during the run.
+func (o *observer) begin(args []string, onExit func(error), timeout time.Duration) error {
+	o.mu.Lock()
+	o.onExit = onExit
+	o.mu.Unlock()
+	return o.call(request{Op: "begin", Args: args}, timeout)
+}
+
+func (o *observer) hasExited() bool {
+	select {
+	case <-o.exited:
+		return true
+	default:
+		return false
+	}
 }
 
 func (o *observer) exitError() error {

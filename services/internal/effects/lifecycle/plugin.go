@@ -31,18 +31,21 @@ type Config struct {
 
 // Plugin is the system-effects observer's daemon side.
 type Plugin struct {
-	cfg  Config
-	ws   *workspace.Service
-	pins Pins
+	cfg   Config
+	ws    *workspace.Service
+	progs *checkedPrograms
 
 	mu        sync.Mutex
+	standby   *observer               // started with --standby, ready for the next run; nil while none is
 	exclusive map[string]string       // session key → id of the protocol 3 run that holds the session
 	running   map[string]*runObserver // run id → its observer, while the run lives
+	refilling bool                    // a standby is being started
+	closed    bool
 }
 
-// New reads the pins and checks that every program has one. Contents are checked against the pins
-// each time a program is used, never only once: a program changed later (e.g. overmounted) is
-// caught at its next use, and the session fenced.
+// New reads the pins, checks that every program has one and starts a standby observer. Contents
+// are checked against the pins each time a program is used (see checkedPrograms), never only once: a
+// program changed later (e.g. overmounted) is caught at its next use, and the session fenced.
 func New(cfg Config, ws *workspace.Service) (*Plugin, error) {
 	if cfg.StepTimeout == 0 {
 		cfg.StepTimeout = 2 * time.Minute
@@ -56,7 +59,76 @@ func New(cfg Config, ws *workspace.Service) (*Plugin, error) {
 			return nil, fmt.Errorf("system-effects observer: %s has no pin in %s: %w", name, cfg.Pins, ErrPin)
 		}
 	}
-	return &Plugin{cfg: cfg, ws: ws, pins: pins, exclusive: map[string]string{}, running: map[string]*runObserver{}}, nil
+	p := &Plugin{cfg: cfg, ws: ws, progs: newCheckedPrograms(pins), exclusive: map[string]string{}, running: map[string]*runObserver{}}
+	go p.refill()
+	return p, nil
+}
+
+// Close stops the standby observer.
+func (p *Plugin) Close() {
+	p.mu.Lock()
+	o := p.standby
+	p.standby = nil
+	p.closed = true
+	p.mu.Unlock()
+	if o != nil {
+		o.abandon()
+	}
+}
+
+// refill starts a standby observer unless one is ready. A run's start takes it: the observer's
+// process start and its decoding of the kernel's types, the largest part of capturing A, are
+// then behind it. Failing to start one is not an error here: the next run starts its own, and
+// reports why that fails.
+func (p *Plugin) refill() {
+	p.mu.Lock()
+	busy := p.standby != nil || p.refilling || p.closed
+	p.refilling = !busy
+	p.mu.Unlock()
+	if busy {
+		return
+	}
+	o, err := p.startStandby()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.refilling = false
+	if err != nil {
+		return
+	}
+	if p.closed {
+		go o.abandon()
+		return
+	}
+	p.standby = o
+}
+
+func (p *Plugin) startStandby() (*observer, error) {
+	prog, err := p.progs.get(filepath.Join(p.cfg.Libexec, ObserveProgram))
+	if err != nil {
+		return nil, err
+	}
+	return startObserver(prog, []string{"--standby"})
+}
+
+// takeObserver returns a standby observer for a run, starting one if none is ready (or the ready
+// one has died), and has a new standby started once the run is done.
+func (p *Plugin) takeObserver() (*observer, error) {
+	// The standby runs a copy checked when it started; the file is checked again now, as every
+	// program is at each use, so that a changed observer fences this run, not a later one.
+	if _, err := p.progs.get(filepath.Join(p.cfg.Libexec, ObserveProgram)); err != nil {
+		return nil, err
+	}
+	p.mu.Lock()
+	o := p.standby
+	p.standby = nil
+	p.mu.Unlock()
+	if o != nil && !o.hasExited() {
+		return o, nil
+	}
+	if o != nil {
+		o.abandon()
+	}
+	return p.startStandby()
 }
 
 // Register adds the host-only observer.abort action: the control plane ends a run's observation,
@@ -108,8 +180,12 @@ func (p *Plugin) Prepare(ctx context.Context, req *tracked.StartRequest, rp daem
 			return nil, fmt.Errorf("%w: observer protocol 3 restores the whole Session Workspace, and %d run(s) are live in session %s; wait for them",
 				workspace.ErrBusy, n, key)
 		}
-		var err error
-		if ro.baseline, undo, err = p.baseline(req.AgentID, req.SessionID, rp.CheckpointID); err != nil {
+		err := ro.step("baseline", func() error {
+			var err error
+			ro.baseline, undo, err = p.baseline(req.AgentID, req.SessionID, rp.CheckpointID)
+			return err
+		})
+		if err != nil {
 			return nil, err
 		}
 		p.mu.Lock()
@@ -142,11 +218,7 @@ func (p *Plugin) baseline(agent, session, id string) (string, func(), error) {
 	_, _ = rand.Read(b[:])
 	id = "observer-" + strings.ToLower(time.Now().UTC().Format("20060102T150405Z")) + "-" + hex.EncodeToString(b[:])
 	if _, err := p.ws.CreateCheckpoint(agent, session, id, store.CheckpointOptions{
-		Labels: map[string]string{"allox.observer": "baseline"}}); err != nil {
-		return "", nil, fmt.Errorf("observer baseline checkpoint: %w", err)
-	}
-	if err := p.ws.Store.Pin(agent, session, id, true); err != nil {
-		_ = p.ws.Store.DeleteCheckpoint(agent, session, id)
+		Labels: map[string]string{"allox.observer": "baseline"}, Pin: true}); err != nil {
 		return "", nil, fmt.Errorf("observer baseline checkpoint: %w", err)
 	}
 	return id, func() {

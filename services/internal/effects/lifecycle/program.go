@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 
 	"golang.org/x/sys/unix"
 )
@@ -65,6 +66,15 @@ func (p *program) Close() error { return p.fd.Close() }
 
 // load reads path, checks it against its pin and returns a sealed copy.
 func (pins Pins) load(path string) (*program, error) {
+	data, err := pins.check(path)
+	if err != nil {
+		return nil, err
+	}
+	return seal(path, data)
+}
+
+// check reads path and checks it against its pin.
+func (pins Pins) check(path string) ([]byte, error) {
 	want, ok := pins[path]
 	if !ok {
 		return nil, fmt.Errorf("%s: %w: it has no pin", path, ErrPin)
@@ -77,6 +87,11 @@ func (pins Pins) load(path string) (*program, error) {
 	if got := hex.EncodeToString(sum[:]); got != want {
 		return nil, fmt.Errorf("%s: %w: sha256 %s, pinned %s", path, ErrPin, got, want)
 	}
+	return data, nil
+}
+
+// seal returns a sealed in-memory copy of data, the checked content of path.
+func seal(path string, data []byte) (*program, error) {
 	fd, err := unix.MemfdCreate(filepath.Base(path), unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
 	if err != nil {
 		return nil, fmt.Errorf("memfd for %s: %w", path, err)
@@ -98,4 +113,59 @@ func (pins Pins) load(path string) (*program, error) {
 		return nil, fmt.Errorf("reopen %s read-only: %w", path, err)
 	}
 	return &program{name: filepath.Base(path), fd: ro}, nil
+}
+
+// checkedPrograms keeps the sealed copy of each pinned program for reuse. Each use stats the file: while
+// it is the same file, unchanged (device, inode, size, mtime and ctime, which any write or
+// replacement moves), the copy checked earlier runs; otherwise the file is read and checked
+// against its pin again, so a program changed or overmounted since is caught at its next use.
+// Either way what runs is a copy that matched its pin.
+type checkedPrograms struct {
+	pins Pins
+	mu   sync.Mutex
+	m    map[string]cachedProgram
+}
+
+type cachedProgram struct {
+	id   fileID
+	prog *program
+}
+
+type fileID struct {
+	dev, ino     uint64
+	size         int64
+	mtime, ctime unix.Timespec
+}
+
+func newCheckedPrograms(pins Pins) *checkedPrograms {
+	return &checkedPrograms{pins: pins, m: map[string]cachedProgram{}}
+}
+
+// get returns the checked copy of the program at path. The copy belongs to checkedPrograms and stays
+// open for the process's life: do not close it. (A file that passes its check again has the
+// pinned content, the copy's, so the copy is kept and never replaced while something execs it.)
+func (ps *checkedPrograms) get(path string) (*program, error) {
+	var st unix.Stat_t
+	if err := unix.Stat(path, &st); err != nil {
+		return nil, &os.PathError{Op: "stat", Path: path, Err: err}
+	}
+	id := fileID{dev: st.Dev, ino: st.Ino, size: st.Size, mtime: st.Mtim, ctime: st.Ctim}
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	c, ok := ps.m[path]
+	if ok && c.id == id {
+		return c.prog, nil
+	}
+	data, err := ps.pins.check(path)
+	if err != nil {
+		return nil, err
+	}
+	if !ok {
+		if c.prog, err = seal(path, data); err != nil {
+			return nil, err
+		}
+	}
+	c.id = id
+	ps.m[path] = c
+	return c.prog, nil
 }

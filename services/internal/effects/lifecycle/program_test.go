@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 func pinFor(t testing.TB, path string) string {
@@ -82,5 +83,47 @@ func TestReadPinsRejectsBadLines(t *testing.T) {
 	}
 	if _, err := ReadPins(f); err == nil || !strings.Contains(err.Error(), ":1: want") {
 		t.Errorf("ReadPins = %v, want a line-numbered format error", err)
+	}
+}
+
+// TestCheckedProgramsRecheckAChangedFile: an unchanged file reuses its checked copy; a file
+// rewritten with the pinned content is checked again and keeps the copy; a changed one is refused
+// at its next use, and accepted again once restored.
+func TestCheckedProgramsRecheckAChangedFile(t *testing.T) {
+	dir := t.TempDir()
+	path := filepath.Join(dir, "prog")
+	original := []byte("#!/bin/sh\necho original\n")
+	if err := os.WriteFile(path, original, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	ps := newCheckedPrograms(Pins{path: pinFor(t, path)})
+	first, err := ps.get(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if again, err := ps.get(path); err != nil || again != first {
+		t.Fatalf("second get = %p, %v; want the same copy %p", again, err, first)
+	}
+	time.Sleep(10 * time.Millisecond) // a ctime tick
+	if err := os.WriteFile(path, original, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if again, err := ps.get(path); err != nil || again != first {
+		t.Fatalf("get after a same-content rewrite = %p, %v; want the same copy %p", again, err, first)
+	}
+	if err := os.WriteFile(path, []byte("#!/bin/sh\necho tampered\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := ps.get(path); !errors.Is(err, ErrPin) {
+		t.Fatalf("get of the changed file = %v, want ErrPin", err)
+	}
+	if err := os.WriteFile(path, original, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if again, err := ps.get(path); err != nil || again != first {
+		t.Fatalf("get after restoring = %p, %v; want the same copy %p", again, err, first)
+	}
+	if out, err := os.ReadFile(first.Path()); err != nil || string(out) != string(original) {
+		t.Errorf("the copy reads %q, %v; want the original", out, err)
 	}
 }

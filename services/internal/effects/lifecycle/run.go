@@ -67,11 +67,6 @@ func (ro *runObserver) begin(st *tracked.Status) error {
 	if err != nil {
 		return err
 	}
-	prog, err := p.pins.load(filepath.Join(p.cfg.Libexec, ObserveProgram))
-	if err != nil {
-		return err
-	}
-	defer prog.Close()
 	args := []string{"--evidence", ro.dir, "--protocol", strconv.Itoa(ro.protocol), "--run-id", st.RunID,
 		"--agent", ro.agent, "--session", ro.session, "--cgroup", st.Cgroup, "--workspace", current, "--shared", shared}
 	if p.cfg.Scope != "" {
@@ -83,8 +78,10 @@ func (ro *runObserver) begin(st *tracked.Status) error {
 			"--require-consistent="+strconv.FormatBool(ro.requireConsistent))
 	}
 	err = ro.step("start", func() error {
-		ro.obs, err = startObserver(prog, args, ro.observerDied)
-		return err
+		if ro.obs, err = p.takeObserver(); err != nil {
+			return err
+		}
+		return ro.obs.begin(args, ro.observerDied, p.cfg.StepTimeout)
 	})
 	if err != nil {
 		return err
@@ -92,7 +89,12 @@ func (ro *runObserver) begin(st *tracked.Status) error {
 	p.mu.Lock()
 	p.running[st.RunID] = ro
 	p.mu.Unlock()
-	return ro.step("capture_a", func() error { return ro.obs.call(request{Op: "capture", Point: "A"}, p.cfg.StepTimeout) })
+	if err := ro.step("capture_a", func() error { return ro.obs.call(request{Op: "capture", Point: "A"}, p.cfg.StepTimeout) }); err != nil {
+		return err
+	}
+	// The next run's standby observer starts while this run's agent works.
+	go p.refill()
+	return nil
 }
 
 // observerDied handles the observer exiting while the run lives: fence the session and kill the
@@ -128,6 +130,7 @@ func (ro *runObserver) fence() {
 
 func (ro *runObserver) done() {
 	p := ro.p
+	go p.refill() // if the run failed before its release
 	p.mu.Lock()
 	delete(p.running, ro.runID)
 	if p.exclusive[sessionKey(ro.agent, ro.session)] == ro.runID {
@@ -201,11 +204,10 @@ func (ro *runObserver) teardown() error {
 // recover runs the hash-pinned recover program with the store lent to it.
 func (ro *runObserver) recover() error {
 	p := ro.p
-	prog, err := p.pins.load(filepath.Join(p.cfg.Libexec, RecoverProgram))
+	prog, err := p.progs.get(filepath.Join(p.cfg.Libexec, RecoverProgram))
 	if err != nil {
 		return fmt.Errorf("recovery refused: %w", err)
 	}
-	defer prog.Close()
 	return p.ws.Store.Handover(func() error {
 		cmd := exec.Command(prog.Path(), "--root", p.cfg.StoreRoot, "--state", p.cfg.StoreState,
 			"--agent", ro.agent, "--session", ro.session, "--checkpoint", ro.baseline)
@@ -225,11 +227,10 @@ func (ro *runObserver) verify(eff *rpc.Effects) error {
 	if ro.protocol == 3 {
 		name, report = RecoveryVerifyProgram, "recovery-report.json"
 	}
-	prog, err := p.pins.load(filepath.Join(p.cfg.Libexec, name))
+	prog, err := p.progs.get(filepath.Join(p.cfg.Libexec, name))
 	if err != nil {
 		return fmt.Errorf("verifier refused: %w", err)
 	}
-	defer prog.Close()
 	cmd := exec.Command(prog.Path(), ro.dir)
 	cmd.Args[0] = name
 	// Exit status 1 is a written report whose verdict is not CONSISTENT/COMPLETE; 2 (or a signal)

@@ -108,11 +108,11 @@ func TestIncompleteEvidence(t *testing.T) {
 		unclosed      bool
 	}{
 		{name: "unclosed", problem: "set not closed", unclosed: true},
-		{name: "missing snapshot", problem: "B/bpf.json: listed in the manifest but missing", damage: func(t *testing.T, set *evidence.Set) {
-			rm(t, set.Path("B/bpf.json"))
+		{name: "missing snapshot", problem: "B/bpf.jsonl: listed in the manifest but missing", damage: func(t *testing.T, set *evidence.Set) {
+			rm(t, set.Path("B/bpf.jsonl"))
 		}},
-		{name: "bad hash", problem: "A/sysctl.json: sha256", damage: func(t *testing.T, set *evidence.Set) {
-			appendTo(t, set.Path("A/sysctl.json"), " ")
+		{name: "bad hash", problem: "A/sysctl.jsonl: sha256", damage: func(t *testing.T, set *evidence.Set) {
+			appendTo(t, set.Path("A/sysctl.jsonl"), " ")
 		}},
 		{name: "unlisted file", problem: "extra.json: present but not in the manifest", damage: func(t *testing.T, set *evidence.Set) {
 			appendTo(t, set.Path("extra.json"), "{}")
@@ -184,7 +184,7 @@ func must(t *testing.T, err error) {
 }
 
 // TestResidueOfAManagedRun: processes a managed run left in its frozen
-// group were recorded (residue.json) and then killed before B; they are
+// group were recorded (residue.jsonl) and then killed before B; they are
 // residue all the same, with or without the processes domain in scope.
 func TestResidueOfAManagedRun(t *testing.T) {
 	residue := &evidence.Snapshot{Domain: scope.Processes, Point: evidence.PointResidue,

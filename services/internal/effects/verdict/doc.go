@@ -25,7 +25,7 @@
 //     not at the earlier one is a residue (INCONSISTENT); processes that
 //     exited are listed but are not inconsistent (the frozen launcher of the
 //     run is in the session cgroup at A and gone at B). The residue a
-//     managed run left in its frozen group (residue.json, taken before the
+//     managed run left in its frozen group (residue.jsonl, taken before the
 //     daemon killed it) counts as present at B; without the processes
 //     domain in scope, every residue process is reported on its own.
 //   - every other domain (shared/, paths, sysctl, bpf, mounts, network,
