@@ -52,6 +52,9 @@ func (o *observer) startHistory() error {
 	if err != nil {
 		return fmt.Errorf("history: %w", err)
 	}
+	if o.prewarmed != nil {
+		<-o.prewarmed
+	}
 	before, err := o.bpfObjects()
 	if err != nil {
 		f.Close()
@@ -94,6 +97,9 @@ func (o *observer) bpfObjects() (map[string]bool, error) {
 // and cilium/ebpf keeps the .bss and .rodata maps mapped into the process
 // until the garbage collector releases their memory, hence the GC.
 func (o *observer) awaitRecorderFreed() error {
+	if len(o.recBPF) == 0 { // nothing to wait for, e.g. the BPF domain is out of scope
+		return nil
+	}
 	deadline := time.Now().Add(bpfFreeWait)
 	for {
 		runtime.GC()

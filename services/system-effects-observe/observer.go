@@ -42,6 +42,8 @@ type observer struct {
 	recBPF  map[string]bool // BPF objects the recorder loaded (BPF domain only)
 	// hashCache is the session's file hash cache ("" = none); saved after a successful close.
 	hashCache string
+	// prewarmed is closed once a standby's preparation of the recorder is done (nil: none).
+	prewarmed <-chan struct{}
 }
 
 // begin is the first request of an observer started with --standby: its command line.
@@ -67,22 +69,29 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout io.Writer) 
 // those arguments.
 func standby(ctx context.Context, stdin io.Reader, stdout io.Writer) error {
 	setNice(19)
-	// A failure here recurs, and is reported, when the recorder starts after A.
-	_ = prewarmHistory()
+	prewarmed := make(chan struct{})
+	go func() {
+		defer close(prewarmed)
+		// A failure here recurs, and is reported, when the recorder starts after A.
+		_ = prewarmHistory()
+	}()
 	in := bufio.NewReader(stdin)
 	type result struct {
 		line []byte
 		err  error
 	}
 	got := make(chan result, 1)
-	go func() { l, err := in.ReadBytes('\n'); got <- result{l, err} }()
+	go func() {
+		l, err := in.ReadBytes('\n')
+		setNice(0) // the run has begun: the rest of the preparation, if any, is on its path
+		got <- result{l, err}
+	}()
 	var r result
 	select {
 	case <-ctx.Done():
 		return fmt.Errorf("standby: terminated before begin: %w", ctx.Err())
 	case r = <-got:
 	}
-	setNice(0)
 	if r.err != nil {
 		return fmt.Errorf("standby: stdin closed before begin: %w", r.err)
 	}
@@ -107,6 +116,7 @@ func standby(ctx context.Context, stdin io.Reader, stdout io.Writer) error {
 		_ = reply(stdout, response{Error: err.Error()})
 		return err
 	}
+	obs.prewarmed = prewarmed
 	if err := reply(stdout, response{OK: true}); err != nil {
 		return obs.fault(stdout, fmt.Errorf("answer: %w", err))
 	}

@@ -62,6 +62,9 @@ func walk(root string, key func(rel string) string) ([]evidence.Item, error) {
 		return nil, fmt.Errorf("walk %s: %w", root, err)
 	}
 	items := []evidence.Item{{Key: key("."), Value: v}}
+	if st.Mode&unix.S_IFMT == unix.S_IFREG {
+		hashes.markUsed([]string{root})
+	}
 	if st.Mode&unix.S_IFMT != unix.S_IFDIR {
 		return items, nil
 	}
@@ -102,7 +105,10 @@ type walker struct {
 
 // work reads directories from the queue until it is empty and no walker can add to it.
 func (w *walker) work() []evidence.Item {
-	var items []evidence.Item
+	var (
+		items []evidence.Item
+		files []string // regular files described, for the hash cache
+	)
 	for {
 		w.mu.Lock()
 		for len(w.queue) == 0 && w.busy > 0 && w.err == nil {
@@ -111,6 +117,7 @@ func (w *walker) work() []evidence.Item {
 		if len(w.queue) == 0 || w.err != nil {
 			w.cond.Broadcast()
 			w.mu.Unlock()
+			hashes.markUsed(files)
 			return items
 		}
 		dir := w.queue[len(w.queue)-1]
@@ -119,7 +126,7 @@ func (w *walker) work() []evidence.Item {
 		w.mu.Unlock()
 		var subdirs []string
 		var err error
-		items, subdirs, err = w.readDir(dir, items)
+		items, files, subdirs, err = w.readDir(dir, items, files)
 		w.mu.Lock()
 		w.busy--
 		if err != nil && w.err == nil {
@@ -131,9 +138,9 @@ func (w *walker) work() []evidence.Item {
 	}
 }
 
-// readDir describes the entries of the directory rel, appending them to items, and returns the
-// subdirectories to read next.
-func (w *walker) readDir(rel string, items []evidence.Item) ([]evidence.Item, []string, error) {
+// readDir describes the entries of the directory rel, appending them to items and its regular
+// files to files, and returns the subdirectories to read next.
+func (w *walker) readDir(rel string, items []evidence.Item, files []string) ([]evidence.Item, []string, []string, error) {
 	abs := filepath.Join(w.root, rel)
 	fd := w.rootFd
 	if rel != "." {
@@ -141,41 +148,53 @@ func (w *walker) readDir(rel string, items []evidence.Item) ([]evidence.Item, []
 		fd, err = unix.Openat2(w.rootFd, rel, &unix.OpenHow{Flags: unix.O_RDONLY | unix.O_DIRECTORY | unix.O_CLOEXEC,
 			Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_SYMLINKS})
 		if err != nil {
-			return items, nil, &os.PathError{Op: "open", Path: abs, Err: err}
+			return items, files, nil, &os.PathError{Op: "open", Path: abs, Err: err}
 		}
 		defer unix.Close(fd)
 	}
 	// A duplicate of the descriptor for reading names: os.File owns and closes it.
 	dup, err := unix.FcntlInt(uintptr(fd), unix.F_DUPFD_CLOEXEC, 0)
 	if err != nil {
-		return items, nil, &os.PathError{Op: "dup", Path: abs, Err: err}
+		return items, files, nil, &os.PathError{Op: "dup", Path: abs, Err: err}
 	}
 	d := os.NewFile(uintptr(dup), abs)
 	names, err := d.Readdirnames(-1)
 	d.Close()
 	if err != nil {
-		return items, nil, err
+		return items, files, nil, err
 	}
 	var subdirs []string
 	var st unix.Stat_t
 	for _, name := range names {
 		if err := unix.Fstatat(fd, name, &st, unix.AT_SYMLINK_NOFOLLOW); err != nil {
-			return items, nil, &os.PathError{Op: "lstat", Path: filepath.Join(abs, name), Err: err}
+			return items, files, nil, &os.PathError{Op: "lstat", Path: join(abs, name), Err: err}
 		}
 		r := name
 		if rel != "." {
 			r = rel + "/" + name
 		}
-		v, err := describe(fd, name, filepath.Join(abs, name), &st)
+		p := join(abs, name)
+		v, err := describe(fd, name, p, &st)
 		if err != nil {
-			return items, nil, err
+			return items, files, nil, err
 		}
 		items = append(items, evidence.Item{Key: w.key(r), Value: v})
-		if st.Mode&unix.S_IFMT == unix.S_IFDIR {
+		switch st.Mode & unix.S_IFMT {
+		case unix.S_IFDIR:
 			subdirs = append(subdirs, r)
+		case unix.S_IFREG:
+			files = append(files, p)
 		}
 	}
-	return items, subdirs, nil
+	return items, files, subdirs, nil
+}
+
+// join is filepath.Join for a clean directory and a name without a slash.
+func join(dir, name string) string {
+	if strings.HasSuffix(dir, "/") {
+		return dir + name
+	}
+	return dir + "/" + name
 }
 
 // describe renders one entry, name in the directory dirFd (abs is its full path), from its lstat.
@@ -274,7 +293,7 @@ func hashRegular(dirFd int, name, abs string) (string, error) {
 var hashes = newHashCache()
 
 type hashCache struct {
-	mu sync.Mutex
+	mu sync.RWMutex
 	m  map[string]hashEntry
 	// used holds the files the latest capture pass (All) looked up; changed is set once any
 	// lookup since the cache was loaded had to read a file. The saved cache is the latest pass's
@@ -298,16 +317,26 @@ type hashEntry struct {
 // newPass starts a capture pass: the entries looked up from now on are the ones a save keeps.
 func (c *hashCache) newPass() {
 	c.mu.Lock()
-	c.used = map[string]bool{}
+	c.used = make(map[string]bool, len(c.used))
 	c.mu.Unlock()
 }
 
+// markUsed records the files a walk looked up.
+func (c *hashCache) markUsed(paths []string) {
+	c.mu.Lock()
+	for _, p := range paths {
+		c.used[p] = true
+	}
+	c.mu.Unlock()
+}
+
+// sum returns the sha256 of the regular file p (name in dirFd) with lstat st. The caller records
+// p as used (markUsed).
 func (c *hashCache) sum(dirFd int, name, p string, st *unix.Stat_t) (string, error) {
 	key := hashEntry{ino: st.Ino, size: uint64(st.Size), mtime: st.Mtim, ctime: st.Ctim}
-	c.mu.Lock()
+	c.mu.RLock()
 	e, ok := c.m[p]
-	c.used[p] = true
-	c.mu.Unlock()
+	c.mu.RUnlock()
 	if ok && e.ino == key.ino && e.size == key.size && e.mtime == key.mtime && e.ctime == key.ctime {
 		return e.sum, nil
 	}

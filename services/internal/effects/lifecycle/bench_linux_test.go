@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"slices"
 	"testing"
@@ -40,9 +41,14 @@ func BenchmarkObserverOverhead(b *testing.B) {
 					b.Fatal(err)
 				}
 			}
+			// Each series starts once Btrfs has finished deleting the subvolumes the previous
+			// one's rollbacks replaced, so that it does not pay for the other's cleaning.
 			base := timeRuns(b, e, nil)
+			e.awaitCleaner(b)
 			recovery := timeRecoveries(b, e)
+			e.awaitCleaner(b)
 			v2 := timeRuns(b, e, &daemon.RunParams{})
+			e.awaitCleaner(b)
 			v3 := timeRuns(b, e, &daemon.RunParams{Recovery: &rpc.Recovery{}})
 			ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 			b.ReportMetric(ms(base), "unobserved-ms")
@@ -100,6 +106,14 @@ func timeRecoveries(b *testing.B, e *env) time.Duration {
 		times = append(times, time.Since(start))
 	}
 	return median(times)
+}
+
+// awaitCleaner waits until Btrfs has removed every deleted subvolume (btrfs subvolume sync).
+func (e *env) awaitCleaner(b *testing.B) {
+	b.Helper()
+	if out, err := exec.Command("btrfs", "subvolume", "sync", e.root).CombinedOutput(); err != nil {
+		b.Fatalf("btrfs subvolume sync: %v: %s", err, out)
+	}
 }
 
 // plain runs argv without the observer.

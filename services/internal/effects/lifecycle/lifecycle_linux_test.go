@@ -60,6 +60,7 @@ type env struct {
 	t       testing.TB
 	ws      *workspace.Service
 	p       *Plugin
+	root    string // the store's Btrfs mount
 	libexec string
 	pins    string
 	state   string
@@ -129,7 +130,7 @@ func newEnv(t testing.TB, scopeJSON string) *env {
 	if _, err := ws.CreateAgent("a", nil); err != nil {
 		t.Fatal(err)
 	}
-	return &env{t: t, ws: ws, p: p, libexec: libexec, pins: pinFile, state: state}
+	return &env{t: t, ws: ws, p: p, root: root, libexec: libexec, pins: pinFile, state: state}
 }
 
 func (e *env) session(id string) {

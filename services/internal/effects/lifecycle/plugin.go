@@ -10,6 +10,8 @@ import (
 	"sync"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/allox-os/allox/internal/rpc"
 	"github.com/allox-os/allox/services/internal/daemon"
 	"github.com/allox-os/allox/services/internal/store"
@@ -88,7 +90,7 @@ func (p *Plugin) refill() {
 	if busy {
 		return
 	}
-	o, err := p.startStandby()
+	o, err := p.startStandby(true)
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.refilling = false
@@ -102,12 +104,21 @@ func (p *Plugin) refill() {
 	p.standby = o
 }
 
-func (p *Plugin) startStandby() (*observer, error) {
+// startStandby starts an observer with --standby. In the background (a refill) it runs at nice
+// 19 from its first instruction, which the observer keeps until its run begins: its start then
+// takes only CPU time the run in progress leaves.
+func (p *Plugin) startStandby(background bool) (*observer, error) {
 	prog, err := p.progs.get(filepath.Join(p.cfg.Libexec, ObserveProgram))
 	if err != nil {
 		return nil, err
 	}
-	return startObserver(prog, []string{"--standby"})
+	o, err := startObserver(prog, []string{"--standby"})
+	if err == nil && background {
+		// The main thread, before the runtime has started many others (they inherit it); the
+		// observer sets every thread itself too. No begin can reach it before this returns.
+		_ = unix.Setpriority(unix.PRIO_PROCESS, o.cmd.Process.Pid, 19)
+	}
+	return o, err
 }
 
 // takeObserver returns a standby observer for a run, starting one if none is ready (or the ready
@@ -128,7 +139,7 @@ func (p *Plugin) takeObserver() (*observer, error) {
 	if o != nil {
 		o.abandon()
 	}
-	return p.startStandby()
+	return p.startStandby(false)
 }
 
 // Register adds the host-only observer.abort action: the control plane ends a run's observation,
