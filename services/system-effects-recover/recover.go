@@ -22,7 +22,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	st, err := store.Open(o.root, o.state)
+	// Old copies, this rollback's and any the daemon's reaper has not deleted yet, are left
+	// journaled: the daemon deletes them in the background once it has the store back.
+	st, err := store.OpenWith(o.root, o.state, store.DeleteLater)
 	if err != nil {
 		return err
 	}

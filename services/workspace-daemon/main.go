@@ -102,7 +102,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 // openWorkspace builds the workspace runtime: the Btrfs store (recovering any interrupted rollback
 // first), tracked execution, fences and the turn policy, all keeping their state in cfg.State.
 func openWorkspace(cfg daemon.Config) (*workspace.Service, error) {
-	st, err := store.Open(cfg.Root, cfg.State)
+	// A rollback returns before the old current/ is deleted: evicting a large, recently read
+	// workspace's inodes is done afterwards, at the lowest priority.
+	st, err := store.OpenWith(cfg.Root, cfg.State, store.DeleteInBackground)
 	if err != nil {
 		return nil, err
 	}

@@ -55,8 +55,17 @@ func (s *Store) recover() error {
 	if err != nil {
 		return err
 	}
+	// A rollback at its delete-old step only has its old copy left to delete: with a deferring
+	// delete mode it is queued for the reaper or left journaled, and the sweep keeps it.
+	mode, r := s.currentDeleteMode()
+	keep := map[string]bool{}
 	var errs []error
 	for _, t := range txns {
+		if t.Op == opRollback && t.Step == stepRbDeleteOld &&
+			(mode == DeleteLater || mode == DeleteInBackground && r.enqueue(t)) {
+			keep[reapKey(t)] = true
+			continue
+		}
 		if err := s.recoverTxn(t); err != nil {
 			errs = append(errs, fmt.Errorf("journal %s (%s at %s): %w", t.ID, t.Op, t.Step, err))
 		}
@@ -64,7 +73,7 @@ func (s *Store) recover() error {
 	if len(errs) > 0 {
 		return errors.Join(errs...)
 	}
-	return s.sweep()
+	return s.sweep(keep)
 }
 
 func (s *Store) recoverTxn(t *txn) error {
@@ -163,7 +172,7 @@ func (s *Store) recoverRollback(t *txn) error {
 // sweep removes what a crash can leave behind outside any journal entry: snapshots in
 // checkpoints/ the index does not know (a delete that forgot the checkpoint first), .rollback-*
 // copies beside a healthy current/, and agent trees moved aside for deletion.
-func (s *Store) sweep() error {
+func (s *Store) sweep(keep map[string]bool) error {
 	if agents, err := os.ReadDir(s.abs("agents")); err == nil {
 		for _, e := range agents {
 			if strings.HasPrefix(e.Name(), ".deleted-") {
@@ -173,7 +182,7 @@ func (s *Store) sweep() error {
 	}
 	for aid, a := range s.ix.Agents {
 		for sid, sr := range a.Sessions {
-			if err := s.sweepSession(aid, sid, sr); err != nil {
+			if err := s.sweepSession(aid, sid, sr, keep); err != nil {
 				return fmt.Errorf("sweep %s/%s: %w", aid, sid, err)
 			}
 		}
@@ -181,7 +190,7 @@ func (s *Store) sweep() error {
 	return nil
 }
 
-func (s *Store) sweepSession(agentID, sessionID string, sr *sessionRec) error {
+func (s *Store) sweepSession(agentID, sessionID string, sr *sessionRec, keep map[string]bool) error {
 	dir, err := openDir(s.fd(), sessionRel(agentID, sessionID))
 	if err != nil {
 		return nil // nothing to sweep; operations on the session report the problem
@@ -199,9 +208,10 @@ func (s *Store) sweepSession(agentID, sessionID string, sr *sessionRec) error {
 	if ok, _ := openSubvolCheck(int(dir.Fd()), "current"); !ok {
 		return nil // never drop a copy while current/ is not healthy
 	}
+	_, r := s.currentDeleteMode()
 	names, _ := dir.Readdirnames(-1)
 	for _, n := range names {
-		if strings.HasPrefix(n, ".rollback-") {
+		if isRollbackSwap(n) && !keep[agentID+"/"+sessionID+"/"+n] && !r.owns(agentID, sessionID, n) {
 			if err := subvolDelete(int(dir.Fd()), n); err != nil {
 				return err
 			}

@@ -16,7 +16,8 @@ import (
 //	rollback.snapshot    snapshot checkpoints/<id> → .rollback-<txn> (writable)
 //	rollback.exchange    renameat2(.rollback-<txn>, current, RENAME_EXCHANGE)
 //	rollback.index       head = <id>
-//	rollback.delete-old  delete .rollback-<txn>, which now holds the old current/
+//	rollback.delete-old  delete .rollback-<txn>, which now holds the old current/ (before
+//	                     returning, or later: see SetDeleteMode)
 func (s *Store) Rollback(ctx context.Context, agentID, sessionID, checkpointID string) (*Session, error) {
 	const op = "session.rollback"
 	unlock, err := s.lockSession(op, agentID, sessionID)
@@ -86,12 +87,19 @@ func (s *Store) Rollback(ctx context.Context, agentID, sessionID, checkpointID s
 		s.park(t)
 		return nil, fmt.Errorf("%s: %w", op, err)
 	}
-	// Deleting a subvolume returns in microseconds; the cleaner reclaims it in the background.
-	if err := subvolDelete(d, t.Tmp); err == nil {
-		if err := s.journalRemove(t); err != nil {
-			return nil, fmt.Errorf("%s: %w", op, err)
-		}
-	} // else the journal keeps it, and the next Open deletes it.
+	// The ioctl returns once the kernel has evicted the subvolume's cached inodes; Btrfs's cleaner
+	// reclaims its blocks later. The old copy can also be left to the store's reaper, or to
+	// whoever opens the state next (SetDeleteMode).
+	switch mode, r := s.currentDeleteMode(); {
+	case mode == DeleteInBackground && r.enqueue(t):
+	case mode == DeleteLater:
+	default:
+		if err := subvolDelete(d, t.Tmp); err == nil {
+			if err := s.journalRemove(t); err != nil {
+				return nil, fmt.Errorf("%s: %w", op, err)
+			}
+		} // else the journal keeps it, and the next Open deletes it.
+	}
 	s.audit(op, agentID, sessionID, checkpointID, "txn="+t.ID)
 	return s.GetSession(agentID, sessionID)
 }

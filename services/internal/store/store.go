@@ -29,11 +29,17 @@ type Store struct {
 	pending  map[string]string      // session key → id of a transaction left for recovery
 	hookFn   func(step string) error
 	seq      uint64
+
+	deleteMode DeleteMode // see SetDeleteMode
+	reaper     *reaper    // with DeleteInBackground
 }
 
 // Open opens the store at root (which must be on Btrfs) with its state in stateDir, which must
 // not be inside root/agents. It first recovers every transaction a crash left in the journal.
-func Open(root, stateDir string) (*Store, error) {
+func Open(root, stateDir string) (*Store, error) { return OpenWith(root, stateDir, DeleteNow) }
+
+// OpenWith is Open with the delete mode set before the recovery (see SetDeleteMode).
+func OpenWith(root, stateDir string, mode DeleteMode) (*Store, error) {
 	root, err := filepath.Abs(root)
 	if err != nil {
 		return nil, err
@@ -63,6 +69,7 @@ func Open(root, stateDir string) (*Store, error) {
 	}
 	s := &Store{root: root, stateDir: stateDir, lock: lock,
 		sessions: map[string]*sync.Mutex{}, inUse: map[string]int{}, pending: map[string]string{}}
+	s.SetDeleteMode(mode)
 	if s.rootDir, err = os.Open(root); err == nil {
 		if s.ix, err = loadIndex(stateDir); err == nil {
 			err = s.recover()
@@ -90,6 +97,7 @@ func lockState(stateDir string) (*os.File, error) {
 
 // Close releases the store's directory handle and its lock on the state directory.
 func (s *Store) Close() error {
+	s.stopReaper()
 	if s.rootDir != nil {
 		s.rootDir.Close()
 	}

@@ -73,7 +73,7 @@ func newEnv(t testing.TB, scopeJSON string) *env {
 	}
 	root := btrfstest.Mount(t)
 	state := filepath.Join(filepath.Dir(root), "state")
-	st, err := store.Open(root, state)
+	st, err := store.OpenWith(root, state, store.DeleteInBackground) // as the daemon does
 	if err != nil {
 		t.Fatal(err)
 	}

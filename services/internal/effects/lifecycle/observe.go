@@ -75,10 +75,16 @@ func startObserver(prog *program, args []string) (*observer, error) {
 // begin hands a standby observer its run: the command line, and onExit, called (once, from
 // another goroutine) if the process exits before close was asked for, a fault during the run.
 func (o *observer) begin(args []string, onExit func(error), timeout time.Duration) error {
+	if err := o.call(request{Op: "begin", Args: args}, timeout); err != nil {
+		return err
+	}
 	o.mu.Lock()
 	o.onExit = onExit
 	o.mu.Unlock()
-	return o.call(request{Op: "begin", Args: args}, timeout)
+	if o.hasExited() { // between its answer and onExit: a fault all the same
+		return fmt.Errorf("observer begin: %w", o.exitError())
+	}
+	return nil
 }
 
 func (o *observer) hasExited() bool {

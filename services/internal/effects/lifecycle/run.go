@@ -81,7 +81,16 @@ func (ro *runObserver) begin(st *tracked.Status) error {
 		if ro.obs, err = p.takeObserver(); err != nil {
 			return err
 		}
-		return ro.obs.begin(args, ro.observerDied, p.cfg.StepTimeout)
+		err := ro.obs.begin(args, ro.observerDied, p.cfg.StepTimeout)
+		if err != nil && ro.obs.hasExited() {
+			// The standby died before it became this run's observer (its exit reported nothing):
+			// start one for the run instead.
+			if ro.obs, err = p.startStandby(false); err != nil {
+				return err
+			}
+			err = ro.obs.begin(args, ro.observerDied, p.cfg.StepTimeout)
+		}
+		return err
 	})
 	if err != nil {
 		return err
