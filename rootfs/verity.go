@@ -11,6 +11,8 @@ import (
 	"os/exec"
 	"strconv"
 	"strings"
+
+	"github.com/allox-os/allox/deploy/kata"
 )
 
 // Verity block geometry: veritysetup's defaults, which Kata's image builder uses (it passes only
@@ -34,11 +36,11 @@ type VerityParams struct {
 	HashBytes int64
 }
 
-// String renders p as Kata's kernel_verity_params:
+// String renders p as Kata's kernel_verity_params (deploy/kata owns the format):
 // root_hash=<hex>,salt=<hex>,data_blocks=<n>,data_block_size=<n>,hash_block_size=<n>.
 func (p VerityParams) String() string {
-	return fmt.Sprintf("root_hash=%s,salt=%s,data_blocks=%d,data_block_size=%d,hash_block_size=%d",
-		p.RootHash, p.Salt, p.DataBlocks, p.DataBlockSize, p.HashBlockSize)
+	return kata.KernelVerity{RootHash: p.RootHash, Salt: p.Salt, DataBlocks: p.DataBlocks,
+		DataBlockSize: uint32(p.DataBlockSize), HashBlockSize: uint32(p.HashBlockSize)}.String()
 }
 
 // FormatVerity writes the dm-verity hash tree of dataImage (a regular file, a whole number of 4 KiB

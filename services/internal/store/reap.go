@@ -91,16 +91,6 @@ func (r *reaper) enqueue(t *txn) bool {
 	return true
 }
 
-// owns reports whether the subvolume name in the session's directory waits for the reaper.
-func (r *reaper) owns(agentID, sessionID, name string) bool {
-	if r == nil {
-		return false
-	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	return r.queued[agentID+"/"+sessionID+"/"+name]
-}
-
 // reap runs the reaper until Close stops it (what is queued then stays journaled), on an OS thread of its own at nice 19: the kernel's
 // work of the deletion is done in that thread, so it takes only CPU time nothing else wants.
 func (s *Store) reap(r *reaper) {

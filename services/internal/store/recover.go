@@ -208,10 +208,9 @@ func (s *Store) sweepSession(agentID, sessionID string, sr *sessionRec, keep map
 	if ok, _ := openSubvolCheck(int(dir.Fd()), "current"); !ok {
 		return nil // never drop a copy while current/ is not healthy
 	}
-	_, r := s.currentDeleteMode()
 	names, _ := dir.Readdirnames(-1)
 	for _, n := range names {
-		if isRollbackSwap(n) && !keep[agentID+"/"+sessionID+"/"+n] && !r.owns(agentID, sessionID, n) {
+		if isRollbackSwap(n) && !keep[agentID+"/"+sessionID+"/"+n] {
 			if err := subvolDelete(int(dir.Fd()), n); err != nil {
 				return err
 			}

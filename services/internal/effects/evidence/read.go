@@ -7,7 +7,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
@@ -168,38 +167,24 @@ func (e *Evidence) checkManifest() {
 // hashFiles is Hash(e.Dir), reading the files concurrently and keeping those it reads whole
 // (all but the history, which can be large and is only hashed) for decoding.
 func (e *Evidence) hashFiles() (*Manifest, error) {
-	var names []string
-	err := filepath.WalkDir(e.Dir, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		rel, err := filepath.Rel(e.Dir, p)
-		if err != nil || d.IsDir() || outsideManifest(rel) {
-			return err
-		}
-		if !d.Type().IsRegular() {
-			return fmt.Errorf("evidence %s: not a regular file", rel)
-		}
-		names = append(names, filepath.ToSlash(rel))
-		return nil
-	})
+	files, err := manifestFiles(e.Dir)
 	if err != nil {
-		return nil, fmt.Errorf("hash evidence: %w", err)
+		return nil, err
 	}
-	m := &Manifest{Files: make([]ManifestEntry, len(names))}
-	content := make([][]byte, len(names))
-	errs := make([]error, len(names))
+	m := &Manifest{Files: make([]ManifestEntry, len(files))}
+	content := make([][]byte, len(files))
+	errs := make([]error, len(files))
 	var wg sync.WaitGroup
-	for i, name := range names {
+	for i, f := range files {
 		wg.Go(func() {
-			p := filepath.Join(e.Dir, filepath.FromSlash(name))
-			if name == HistoryFile {
+			p := filepath.Join(e.Dir, filepath.FromSlash(f.Path))
+			if f.Path == HistoryFile {
 				m.Files[i], errs[i] = hashFile(p)
 			} else if content[i], errs[i] = os.ReadFile(p); errs[i] == nil {
 				sum := sha256.Sum256(content[i])
 				m.Files[i] = ManifestEntry{Size: int64(len(content[i])), SHA256: hex.EncodeToString(sum[:])}
 			}
-			m.Files[i].Path = name
+			m.Files[i].Path = f.Path
 		})
 	}
 	wg.Wait()
@@ -207,12 +192,11 @@ func (e *Evidence) hashFiles() (*Manifest, error) {
 		return nil, fmt.Errorf("hash evidence: %w", err)
 	}
 	e.content = map[string][]byte{}
-	for i, name := range names {
+	for i, f := range files {
 		if content[i] != nil {
-			e.content[name] = content[i]
+			e.content[f.Path] = content[i]
 		}
 	}
-	slices.SortFunc(m.Files, func(a, b ManifestEntry) int { return strings.Compare(a.Path, b.Path) })
 	return m, nil
 }
 

@@ -222,7 +222,31 @@ func Hash(dir string) (*Manifest, error) { return hashDir(dir, nil) }
 // hashDir is Hash, taking the entry of a file from known instead of reading it when the file
 // still has the size known gives.
 func hashDir(dir string, known map[string]ManifestEntry) (*Manifest, error) {
+	files, err := manifestFiles(dir)
+	if err != nil {
+		return nil, err
+	}
 	m := &Manifest{Files: []ManifestEntry{}}
+	for _, f := range files {
+		if k, ok := known[f.Path]; ok && k.Size == f.Size {
+			m.Files = append(m.Files, k)
+			continue
+		}
+		e, err := hashFile(filepath.Join(dir, filepath.FromSlash(f.Path)))
+		if err != nil {
+			return nil, fmt.Errorf("hash evidence: %w", err)
+		}
+		e.Path = f.Path
+		m.Files = append(m.Files, e)
+	}
+	return m, nil
+}
+
+// manifestFiles lists the files of the set in dir a manifest lists (every regular file but the
+// manifest and the reports), by path in the set with their sizes, sorted by path. Anything else
+// but a directory is an error.
+func manifestFiles(dir string) ([]ManifestEntry, error) {
+	var files []ManifestEntry
 	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
@@ -234,25 +258,18 @@ func hashDir(dir string, known map[string]ManifestEntry) (*Manifest, error) {
 		if !d.Type().IsRegular() {
 			return fmt.Errorf("evidence %s: not a regular file", rel)
 		}
-		if k, ok := known[filepath.ToSlash(rel)]; ok {
-			if info, err := d.Info(); err == nil && info.Size() == k.Size {
-				m.Files = append(m.Files, k)
-				return nil
-			}
-		}
-		e, err := hashFile(p)
+		info, err := d.Info()
 		if err != nil {
 			return err
 		}
-		e.Path = filepath.ToSlash(rel)
-		m.Files = append(m.Files, e)
+		files = append(files, ManifestEntry{Path: filepath.ToSlash(rel), Size: info.Size()})
 		return nil
 	})
 	if err != nil {
 		return nil, fmt.Errorf("hash evidence: %w", err)
 	}
-	slices.SortFunc(m.Files, func(a, b ManifestEntry) int { return strings.Compare(a.Path, b.Path) })
-	return m, nil
+	slices.SortFunc(files, func(a, b ManifestEntry) int { return strings.Compare(a.Path, b.Path) })
+	return files, nil
 }
 
 // outsideManifest names the files a manifest never lists.
