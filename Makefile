@@ -34,11 +34,11 @@ boot: image
 
 # Regenerate the committed bpf2go output (BPF C → .o and Go loader); needs clang and llvm.
 generate: deps
-	$(GO) generate ./services/internal/proctree/ ./services/internal/effects/history/
+	$(GO) generate ./services/internal/proctree/ ./services/internal/effects/history/ ./services/internal/netguard/
 
 # CI regenerates and fails when the committed output differs from what the BPF C now compiles to.
 check-generated: generate
-	@git diff --exit-code -- services/internal/proctree/ services/internal/effects/history/ || { echo "bpf2go output is stale: run make generate and commit it" >&2; exit 1; }
+	@git diff --exit-code -- services/internal/proctree/ services/internal/effects/history/ services/internal/netguard/ || { echo "bpf2go output is stale: run make generate and commit it" >&2; exit 1; }
 
 # The whole suite: the reproducibility check, unit and integration tests on the real components, then
 # the QEMU boots.
