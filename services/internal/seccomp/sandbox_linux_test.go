@@ -30,12 +30,16 @@ func needSandbox(t *testing.T) {
 	}
 }
 
+// probeDir holds the probe binary once a test has built it; TestMain removes it.
+var probeDir string
+
 // probeBinary builds testdata/probe once, statically, for binding into sandboxes.
 var probeBinary = sync.OnceValues(func() (string, error) {
 	dir, err := os.MkdirTemp("", "seccomp-probe-")
 	if err != nil {
 		return "", err
 	}
+	probeDir = dir
 	out := filepath.Join(dir, "probe")
 	gobin, err := exec.LookPath("go")
 	if err != nil {
@@ -51,8 +55,8 @@ var probeBinary = sync.OnceValues(func() (string, error) {
 
 func TestMain(m *testing.M) {
 	code := m.Run()
-	if p, err := probeBinary(); err == nil && code >= 0 {
-		os.RemoveAll(filepath.Dir(p))
+	if probeDir != "" {
+		os.RemoveAll(probeDir)
 	}
 	os.Exit(code)
 }

@@ -177,7 +177,7 @@ var probes = map[string]func() unix.Errno{
 		return raw(unix.SYS_IOCTL, uintptr(p[0]), unix.TIOCINQ, ptr(&n))
 	},
 
-	// Btrfs, on -dir: a subvolume "victim" to snapshot, flag and destroy must exist there.
+	// Btrfs, on -dir: subvolumes "victim" (to snapshot and flag) and "victim-del" must exist.
 	"btrfs/SUBVOL_CREATE-high-bits": func() unix.Errno {
 		return btrfsIoctl(*dir, 0xffffffff_5000940e, ptr(volArgs("probe-subvol-hi", 0)))
 	},
@@ -193,7 +193,7 @@ var probes = map[string]func() unix.Errno{
 		rdonly := uint64(1 << 1) // BTRFS_SUBVOL_RDONLY
 		return btrfsIoctl(*dir+"/victim", 0x4008941a, ptr(&rdonly))
 	},
-	"btrfs/SNAP_DESTROY": func() unix.Errno { return btrfsIoctl(*dir, 0x5000940f, ptr(volArgs("victim", 0))) },
+	"btrfs/SNAP_DESTROY": func() unix.Errno { return btrfsIoctl(*dir, 0x5000940f, ptr(volArgs("victim-del", 0))) },
 }
 
 func init() {
