@@ -20,7 +20,30 @@ type SystemInfo struct {
 	Store  StoreInfo  `json:"store"`
 	Cgroup CgroupInfo `json:"cgroup"`
 	// BootID is /proc/sys/kernel/random/boot_id: it changes on every boot.
-	BootID string `json:"boot_id"`
+	BootID  string      `json:"boot_id"`
+	Sandbox SandboxInfo `json:"sandbox"`
+}
+
+// SeccompRule is one row of the runs' seccomp filter.
+type SeccompRule struct {
+	Syscall string `json:"syscall"`
+	Number  int    `json:"nr"`   // on x86_64
+	When    string `json:"when"` // "always", or the condition on the arguments, e.g. "arg0&0xffffffff == 0x28 (AF_VSOCK)"
+	Errno   string `json:"errno"`
+}
+
+// SandboxInfo is the boundary of sandboxed runs.
+type SandboxInfo struct {
+	// RunUID and RunGID are the runs' unprivileged identity (0 with --system-only: no runs).
+	RunUID uint32 `json:"run_uid"`
+	RunGID uint32 `json:"run_gid"`
+	// Seccomp lists what the runs' seccomp filter refuses, row by row.
+	Seccomp []SeccompRule `json:"seccomp"`
+	// GuardedPorts are the ports no run may connect to, send to or bind, on any address.
+	GuardedPorts []uint16 `json:"guarded_ports"`
+	// ManagedExecution is true when process.start may run "managed": true — no sandbox, the
+	// daemon's root privileges, the VM the only boundary (the seed's migration path).
+	ManagedExecution bool `json:"managed_execution"`
 }
 
 // DaemonInfo describes the running daemon.

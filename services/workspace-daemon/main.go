@@ -20,6 +20,8 @@ import (
 
 	"github.com/allox-os/allox/services/internal/daemon"
 	"github.com/allox-os/allox/services/internal/fence"
+	"github.com/allox-os/allox/services/internal/netguard"
+	"github.com/allox-os/allox/services/internal/seccomp"
 	"github.com/allox-os/allox/services/internal/store"
 	"github.com/allox-os/allox/services/internal/system"
 	"github.com/allox-os/allox/services/internal/tracked"
@@ -59,15 +61,29 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return fmt.Errorf("--observer: %w", errObserverNotInstalled)
 	}
 	log := slog.New(slog.NewTextHandler(stderr, nil)).With("component", "workspace-daemon")
+	// The listeners' ports are the daemon's from the first moment, before the store opens.
+	ls, err := daemon.Listen(cfg)
+	if err != nil {
+		return err
+	}
+	defer ls.Close()
 	router := daemon.NewRouter()
+	sys := system.New(cfg.Root, system.BuildVersion(version))
 	// Domains and plugins register here, explicitly.
-	if err := daemon.RegisterSystem(router, system.New(cfg.Root, system.BuildVersion(version))); err != nil {
+	if err := daemon.RegisterSystem(router, sys); err != nil {
 		return err
 	}
 	if !cfg.SystemOnly {
 		ws, err := openWorkspace(cfg)
 		if err != nil {
 			return fmt.Errorf("workspace runtime: %w (--system-only serves system.* without it)", err)
+		}
+		if sys.Sandbox, err = guardRuns(cfg, ws.Runs, ls.Ports()); err != nil {
+			return err
+		}
+		if cfg.ManagedExecution {
+			log.LogAttrs(ctx, slog.LevelWarn, "MANAGED EXECUTION ENABLED: process.start with managed: true runs unsandboxed, as root; the VM is its only boundary",
+				slog.String("fix", "drop managed_execution from the image spec's sandbox block unless agents must change the system under the observer"))
 		}
 		var hook daemon.RunHook
 		if cfg.Observer {
@@ -96,7 +112,28 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		}
 	}
 	log.Info("starting", "version", system.BuildVersion(version), "root", cfg.Root, "actions", router.Actions())
-	return daemon.Serve(ctx, cfg, router, log)
+	return daemon.Serve(ctx, ls, router, log)
+}
+
+// guardRuns attaches the network guard to the runs' parent cgroup, so that no process of any run
+// can connect to, send to or bind the daemon's ports (or --guard-ports) on any address, and
+// returns the boundary as system.info reports it. The guard stays attached after the daemon
+// exits (and is replaced by the next start), so a run cannot take a port while it restarts.
+func guardRuns(cfg daemon.Config, runs *tracked.Manager, ports []uint16) (system.Sandbox, error) {
+	ports = append(ports, cfg.GuardPorts...)
+	g, err := netguard.Attach(runs.ParentDir(), ports)
+	if err != nil {
+		return system.Sandbox{}, fmt.Errorf("network guard of the runs: %w", err)
+	}
+	defer g.Close()
+	uid, gid := runs.Identity()
+	sb := system.Sandbox{RunUID: uid, RunGID: gid, GuardedPorts: g.Ports(), ManagedExecution: cfg.ManagedExecution}
+	for _, r := range seccomp.Rules() {
+		if r.Action != seccomp.Allow {
+			sb.Seccomp = append(sb.Seccomp, system.SeccompRule{Syscall: r.Syscall, Number: r.Number(), When: r.When(), Errno: r.Action.String()})
+		}
+	}
+	return sb, nil
 }
 
 // openWorkspace builds the workspace runtime: the Btrfs store (recovering any interrupted rollback
@@ -108,8 +145,14 @@ func openWorkspace(cfg daemon.Config) (*workspace.Service, error) {
 	if err != nil {
 		return nil, err
 	}
+	// The state dir is traversable (not listable) for the runs' records dir, where bwrap, already
+	// the run's unprivileged uid, binds a run's private /tmp from; every record in it is 0600.
+	if err := os.Chmod(cfg.State, 0o711); err != nil {
+		return nil, fmt.Errorf("state dir: %w", err)
+	}
 	runs, err := tracked.NewManager(tracked.Config{CgroupParent: cfg.CgroupParent, Bwrap: cfg.Bwrap,
-		RecordsDir: filepath.Join(cfg.State, "runs"), AllowManaged: cfg.ManagedExecution})
+		RecordsDir: filepath.Join(cfg.State, "runs"), AllowManaged: cfg.ManagedExecution,
+		RunUID: uint32(cfg.RunUID), RunGID: uint32(cfg.RunGID)})
 	if err != nil {
 		return nil, err
 	}

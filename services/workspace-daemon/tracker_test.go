@@ -173,6 +173,17 @@ func TestProcessTrackerCgroup(t *testing.T) {
 		if slices.Equal(p.Argv, []string{"sleep", "30"}) && !strings.HasSuffix(p.Exe, "/sleep") {
 			t.Errorf("sleep's exe = %q", p.Exe)
 		}
+		// The sandbox launcher's command line is the run's own argv behind its options' fd, never
+		// bwrap's options with their host paths (issue 11: process.tree leaked them).
+		if strings.HasSuffix(p.Exe, "/bwrap") && !slices.Equal(p.Argv[1:], []string{"--args", "4", "--", "sleep", "30"}) {
+			t.Errorf("launcher process %d shows argv %q, want bwrap --args 4 -- and the run's own", p.PID, p.Argv)
+		}
+		if strings.Contains(strings.Join(p.Argv, " "), root) || p.RunID != r.RunID {
+			t.Errorf("process %d: argv %q names a host path, or run id %q is not %s", p.PID, p.Argv, p.RunID, r.RunID)
+		}
+	}
+	if n := len(tree.Processes); n < 2 {
+		t.Errorf("tree has %d processes, want the launcher's and sleep's:\n%s", n, dumpTree(tree))
 	}
 	_, rerr := post(t, url, `{"action":"process.events","params":{"agent_id":"a","session_id":"s"}}`)
 	if rerr == nil || rerr.Code != rpc.CodeUnsupported || !strings.Contains(rerr.Message, "--process-tree-provider") {

@@ -69,6 +69,7 @@ func TestSeedSequenceAndRollback(t *testing.T) {
 	other := filepath.Join(root, "agents/agent-a/workspace/sessions/session-2/current")
 	shared := filepath.Join(root, "agents/agent-a/workspace/shared")
 	must(t, os.WriteFile(filepath.Join(current, "kept.txt"), []byte("before\n"), 0o644))
+	must(t, os.Lchown(filepath.Join(current, "kept.txt"), 2000, 2000)) // as if an earlier run wrote it
 	must(t, os.WriteFile(filepath.Join(other, "other.txt"), []byte("other session\n"), 0o644))
 	mustPost(t, url, `{"action":"checkpoint.create","params":{"agent_id":"agent-a","session_id":"session-1","checkpoint_id":"clean"}}`)
 

@@ -24,6 +24,12 @@ func New(parent string) (mnt string, cleanup func(), err error) {
 	}
 	img, mnt := filepath.Join(tmp, "fs.img"), filepath.Join(tmp, "mnt")
 	rm := func() { os.RemoveAll(tmp) }
+	// Traversable, as a real store's parents are: sandboxed runs start as an unprivileged uid,
+	// which must reach the workspace it binds.
+	if err := os.Chmod(tmp, 0o711); err != nil {
+		rm()
+		return "", nop, err
+	}
 	for _, argv := range [][]string{{"truncate", "-s", "1G", img}, {"mkfs.btrfs", "-q", img}, {"mkdir", mnt}, {"mount", "-o", "loop", img, mnt}} {
 		if out, err := exec.Command(argv[0], argv[1:]...).CombinedOutput(); err != nil {
 			rm()

@@ -13,6 +13,10 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
+
+	"github.com/allox-os/allox/services/internal/tracked"
 )
 
 // DefaultListen is the loopback listener's default address.
@@ -62,10 +66,15 @@ type Config struct {
 	// ManagedExecution lets process.start ask for managed: true (no bubblewrap; the VM is the only
 	// boundary), the seed's migration-period path.
 	ManagedExecution bool
-	Observer         bool
-	ObserverScope    string
-	ObserverLibexec  string
-	ObserverPins     string
+	// RunUID and RunGID are the unprivileged identity of every sandboxed run (never root).
+	RunUID, RunGID uint
+	// GuardPorts are ports of the guest's other trusted services that runs may not reach, beside
+	// the daemon's own listeners (always guarded).
+	GuardPorts      []uint16
+	Observer        bool
+	ObserverScope   string
+	ObserverLibexec string
+	ObserverPins    string
 }
 
 // Where the system-effects plugin's programs and their hash pins are installed in the image.
@@ -94,6 +103,13 @@ func ParseFlags(args []string, stderr io.Writer) (Config, error) {
 	fset.BoolVar(&c.ProcessTracker, "process-tracker", false, "enable process.tree and process.events (from the session cgroup: live processes only, unless --process-tree-provider=ebpf)")
 	fset.StringVar(&c.ProcessTreeProvider, "process-tree-provider", "", "`provider` of the process tree: \"ebpf\" records every fork, exec and exit of the runs (needs --process-tracker, root and kernel BTF)")
 	fset.BoolVar(&c.ManagedExecution, "managed-execution", false, "allow process.start with managed: true: runs without bubblewrap, with the daemon's privileges (the VM is the only boundary)")
+	fset.UintVar(&c.RunUID, "run-uid", tracked.DefaultRunID, "unprivileged `uid` of every sandboxed run (not 0)")
+	fset.UintVar(&c.RunGID, "run-gid", tracked.DefaultRunID, "unprivileged `gid` of every sandboxed run (not 0)")
+	fset.Func("guard-ports", "comma-separated `ports` of other trusted guest services that no run may connect to, send to or bind (the daemon's own are always guarded)", func(v string) error {
+		ports, err := parsePorts(v)
+		c.GuardPorts = append(c.GuardPorts, ports...)
+		return err
+	})
 	fset.BoolVar(&c.Observer, "observer", false, "run every process.start under the system-effects observer (needs the system-effects plugin; excludes --process-tree-provider=ebpf)")
 	fset.StringVar(&c.ObserverScope, "observer-scope", "", "scope `file` of the observer: domains beyond the Session Workspace and shared/ (needs --observer)")
 	fset.StringVar(&c.ObserverLibexec, "observer-libexec", DefaultObserverLibexec, "`directory` of the observer's programs (observe, verifiers, recover)")
@@ -148,6 +164,14 @@ func (c Config) Validate() error {
 		errs = append(errs, errors.New("--observer and --process-tree-provider=ebpf are never loaded together "+
 			"(both hook process lifecycles, and the observer records the process history itself): drop one of them"))
 	}
+	for _, id := range []struct {
+		flag string
+		v    uint
+	}{{"--run-uid", c.RunUID}, {"--run-gid", c.RunGID}} {
+		if id.v == 0 || id.v > 1<<31 {
+			errs = append(errs, fmt.Errorf("%s %d: a sandboxed run is never root; use an unprivileged id that owns nothing on the guest, e.g. %d", id.flag, id.v, tracked.DefaultRunID))
+		}
+	}
 	if c.ObserverScope != "" && !c.Observer {
 		errs = append(errs, errors.New("--observer-scope needs --observer: add --observer or drop the scope"))
 	}
@@ -169,4 +193,17 @@ func checkLoopback(addr string) error {
 	}
 	return fmt.Errorf("--listen %s is not a loopback address, and that listener has no authentication: "+
 		"use --listen 127.0.0.1:PORT, and to serve the host use --listen-host %s with --token-file FILE (requests then need the bearer token)", addr, addr)
+}
+
+// parsePorts parses "1024,1025".
+func parsePorts(v string) ([]uint16, error) {
+	var ports []uint16
+	for _, f := range strings.Split(v, ",") {
+		n, err := strconv.ParseUint(strings.TrimSpace(f), 10, 16)
+		if err != nil || n == 0 {
+			return nil, fmt.Errorf("%q is not a port: use numbers from 1 to 65535, e.g. 1024,1025", f)
+		}
+		ports = append(ports, uint16(n))
+	}
+	return ports, nil
 }

@@ -19,7 +19,7 @@ func TestParseFlags(t *testing.T) {
 	}
 	want := Config{Root: root, Listen: DefaultListen, ListenHost: "0.0.0.0:8093", TokenFile: "/run/allox/rpc-token",
 		State: filepath.Join(root, ".allox-state"), Bwrap: "bwrap", CgroupParent: "allox",
-		ObserverLibexec: DefaultObserverLibexec, ObserverPins: DefaultObserverPins}
+		ObserverLibexec: DefaultObserverLibexec, ObserverPins: DefaultObserverPins, RunUID: 2000, RunGID: 2000}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("ParseFlags mismatch (-want +got):\n%s", diff)
 	}
@@ -52,6 +52,9 @@ func TestParseFlagsErrors(t *testing.T) {
 		{"unknown flag", []string{"--root", root, "--verbose"}, "flag provided but not defined"},
 		{"provider without tracker", []string{"--root", root, "--process-tree-provider", "ebpf"}, "needs --process-tracker"},
 		{"unknown provider", []string{"--root", root, "--process-tracker", "--process-tree-provider", "ptrace"}, `use "ebpf"`},
+		{"runs as root", []string{"--root", root, "--run-uid", "0"}, "a sandboxed run is never root"},
+		{"runs in group root", []string{"--root", root, "--run-gid", "0"}, "--run-gid 0"},
+		{"bad guard port", []string{"--root", root, "--guard-ports", "1024,x"}, `"x" is not a port`},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			_, err := ParseFlags(tt.args, io.Discard)

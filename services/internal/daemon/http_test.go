@@ -163,6 +163,8 @@ func TestHandlerErrors(t *testing.T) {
 
 func TestSystemInfo(t *testing.T) {
 	ts := newTestServer(t)
+	ts.sys.Sandbox = system.Sandbox{RunUID: 2000, RunGID: 2001, GuardedPorts: []uint16{8092, 8093}, ManagedExecution: true,
+		Seccomp: []system.SeccompRule{{Syscall: "bpf", Number: 321, When: "always", Errno: "EPERM"}}}
 	for _, body := range []string{`{"action":"system.info"}`, `{"action":"system.info","params":{}}`, `{"action":"system.info","params":null}`} {
 		w, resp := request{body: body}.do(ts.loopback)
 		if w.Code != 200 || !resp.OK {
@@ -178,6 +180,8 @@ func TestSystemInfo(t *testing.T) {
 			Store:  rpc.StoreInfo{Root: ts.sys.Root, FSType: "btrfs"},
 			Cgroup: rpc.CgroupInfo{Version: 0, Controllers: []string{}, SubtreeControl: []string{}}, // Statfs says btrfs, not cgroup2
 			BootID: "b00710d0-0000-4000-8000-000000000000",
+			Sandbox: rpc.SandboxInfo{RunUID: 2000, RunGID: 2001, GuardedPorts: []uint16{8092, 8093}, ManagedExecution: true,
+				Seccomp: []rpc.SeccompRule{{Syscall: "bpf", Number: 321, When: "always", Errno: "EPERM"}}},
 		}
 		if diff := cmp.Diff(want, got); diff != "" {
 			t.Errorf("system.info mismatch (-want +got):\n%s", diff)

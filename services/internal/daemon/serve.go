@@ -13,31 +13,57 @@ import (
 // ShutdownTimeout bounds how long calls in flight may run once shutdown starts.
 const ShutdownTimeout = 10 * time.Second
 
-// Serve runs the loopback listener and, when configured and a token is present, the host listener,
-// until ctx is cancelled; then it stops accepting, lets calls in flight finish and returns nil.
-// A --listen-host without a token (missing or empty --token-file) is logged loudly and skipped.
-func Serve(ctx context.Context, cfg Config, router *Router, log *slog.Logger) error {
-	token := ""
+// Listeners are the daemon's bound sockets. The daemon binds them first thing, before it opens
+// its store, so that its ports are its own from the first moment (and the sandbox guard keeps
+// runs from binding them at any time, the daemon up or not).
+type Listeners struct{ ls []*listener }
+
+// Listen loads the host listener's token and binds every listener. With --listen-host a missing,
+// empty or unreadable token is an error: a host listener that never opened is a port anyone in
+// the guest could take, and with it the bearer token of the next host request.
+func Listen(cfg Config) (*Listeners, error) {
+	ls := &Listeners{ls: []*listener{{origin: Loopback, addr: cfg.Listen}}}
 	if cfg.ListenHost != "" {
-		var err error
-		if token, err = LoadToken(cfg.TokenFile); err != nil {
-			return err
+		token, err := LoadToken(cfg.TokenFile)
+		if err != nil {
+			return nil, err
 		}
 		if token == "" {
-			log.LogAttrs(ctx, slog.LevelWarn, "HOST LISTENER NOT STARTED: no token; serving loopback only",
-				slog.String("listen_host", cfg.ListenHost), slog.String("token_file", cfg.TokenFile),
-				slog.String("fix", "the host must pass the RPC token to the guest (fw_cfg), which init writes to the token file"))
+			return nil, fmt.Errorf("--listen-host %s: no token in --token-file %s: the host listener accepts only requests "+
+				"with the host's bearer token, so the daemon does not start without one: have the host pass it "+
+				"(QEMU: -fw_cfg name=opt/allox/rpc-token,file=...; init writes it to the token file), or drop --listen-host", cfg.ListenHost, cfg.TokenFile)
 		}
+		ls.ls = append(ls.ls, &listener{origin: Host, addr: cfg.ListenHost, token: token})
 	}
-	servers := []*listener{{origin: Loopback, addr: cfg.Listen}}
-	if token != "" {
-		servers = append(servers, &listener{origin: Host, addr: cfg.ListenHost, token: token})
+	for _, l := range ls.ls {
+		ln, err := net.Listen("tcp", l.addr)
+		if err != nil {
+			ls.Close()
+			return nil, fmt.Errorf("%s listener: %w", l.origin, err)
+		}
+		l.ln = ln
 	}
+	return ls, nil
+}
+
+// Ports are the TCP ports the listeners hold, for the sandbox guard.
+func (ls *Listeners) Ports() []uint16 {
+	var ports []uint16
+	for _, l := range ls.ls {
+		ports = append(ports, uint16(l.ln.Addr().(*net.TCPAddr).Port))
+	}
+	return ports
+}
+
+// Close closes every listener that is open (Serve closes them itself).
+func (ls *Listeners) Close() { closeAll(ls.ls) }
+
+// Serve serves the router on the bound listeners until ctx is cancelled; then it stops
+// accepting, lets calls in flight finish and returns nil.
+func Serve(ctx context.Context, ls *Listeners, router *Router, log *slog.Logger) error {
+	servers := ls.ls
 	for _, l := range servers {
-		if err := l.listen(ctx, router, log); err != nil {
-			closeAll(servers)
-			return err
-		}
+		l.setup(ctx, router, log)
 	}
 	errc := make(chan error, len(servers))
 	for _, l := range servers {
@@ -67,12 +93,7 @@ type listener struct {
 	srv    *http.Server
 }
 
-func (l *listener) listen(ctx context.Context, router *Router, log *slog.Logger) error {
-	ln, err := net.Listen("tcp", l.addr)
-	if err != nil {
-		return fmt.Errorf("%s listener: %w", l.origin, err)
-	}
-	l.ln = ln
+func (l *listener) setup(ctx context.Context, router *Router, log *slog.Logger) {
 	l.srv = &http.Server{
 		Handler:           NewHandler(router, l.origin, l.token, log),
 		ReadHeaderTimeout: 10 * time.Second,
@@ -84,8 +105,7 @@ func (l *listener) listen(ctx context.Context, router *Router, log *slog.Logger)
 		BaseContext: func(net.Listener) context.Context { return context.WithoutCancel(ctx) },
 	}
 	log.LogAttrs(ctx, slog.LevelInfo, "listening", slog.String("listener", l.origin.String()),
-		slog.String("addr", ln.Addr().String()), slog.Bool("authenticated", l.token != ""))
-	return nil
+		slog.String("addr", l.ln.Addr().String()), slog.Bool("authenticated", l.token != ""))
 }
 
 func (l *listener) serve() error {

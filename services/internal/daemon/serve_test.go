@@ -3,7 +3,9 @@ package daemon
 import (
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -54,7 +56,14 @@ func serve(t *testing.T, cfg Config) (addrs map[string]string, rec *recorder, st
 	rec = &recorder{addrs: make(chan [2]string, 2)}
 	ctx, cancel := context.WithCancel(t.Context())
 	done := make(chan error, 1)
-	go func() { done <- Serve(ctx, cfg, r, slog.New(rec)) }()
+	go func() {
+		ls, err := Listen(cfg)
+		if err != nil {
+			done <- err
+			return
+		}
+		done <- Serve(ctx, ls, r, slog.New(rec))
+	}()
 	addrs = map[string]string{}
 	want := 1
 	if cfg.ListenHost != "" {
@@ -65,9 +74,6 @@ func serve(t *testing.T, cfg Config) (addrs map[string]string, rec *recorder, st
 		select {
 		case a := <-rec.addrs:
 			addrs[a[0]] = a[1]
-			if strings.Contains(rec.text(), "HOST LISTENER NOT STARTED") { // logged before any listener
-				want = 1
-			}
 		case err := <-done:
 			cancel()
 			return addrs, rec, func() error { return err }
@@ -101,6 +107,8 @@ func TestServeHostListener(t *testing.T) {
 	}
 }
 
+// TestServeWithoutToken: with --listen-host, no token means no daemon. Today's attack was to
+// bind the host port that never opened and collect the next host request's bearer token.
 func TestServeWithoutToken(t *testing.T) {
 	dir := t.TempDir()
 	for _, content := range []*string{nil, ptr(""), ptr("\n")} {
@@ -109,15 +117,36 @@ func TestServeWithoutToken(t *testing.T) {
 		if content != nil {
 			mustWrite(t, tokenFile, []byte(*content))
 		}
-		addrs, rec, stop := serve(t, Config{Root: dir, Listen: "127.0.0.1:0", ListenHost: "127.0.0.1:0", TokenFile: tokenFile})
-		if _, ok := addrs["host"]; ok || addrs["loopback"] == "" {
-			t.Errorf("token file %v: listeners %v, want loopback only", content, addrs)
+		addrs, _, stop := serve(t, Config{Root: dir, Listen: "127.0.0.1:0", ListenHost: "127.0.0.1:0", TokenFile: tokenFile})
+		err := stop()
+		if err == nil || !strings.Contains(err.Error(), "--token-file") || !strings.Contains(err.Error(), "drop --listen-host") {
+			t.Errorf("token file %v: Serve = %v, want a refusal naming --token-file and the fix", content, err)
 		}
-		if !strings.Contains(rec.text(), "WARN HOST LISTENER NOT STARTED") {
-			t.Errorf("no loud warning; log:\n%s", rec.text())
+		if len(addrs) != 0 {
+			t.Errorf("token file %v: listeners %v opened before the refusal", content, addrs)
 		}
-		if err := stop(); err != nil {
-			t.Errorf("Serve = %v", err)
+	}
+}
+
+// TestListenHoldsThePortsFirst: Listen binds before anything else runs, so the ports are the
+// daemon's while it opens its store; a second daemon (or a squatter) cannot have them.
+func TestListenHoldsThePortsFirst(t *testing.T) {
+	dir := t.TempDir()
+	tokenFile := filepath.Join(dir, "token")
+	mustWrite(t, tokenFile, []byte(testToken))
+	ls, err := Listen(Config{Root: dir, Listen: "127.0.0.1:0", ListenHost: "127.0.0.1:0", TokenFile: tokenFile})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ls.Close()
+	ports := ls.Ports()
+	if len(ports) != 2 || ports[0] == 0 || ports[1] == 0 {
+		t.Fatalf("Ports = %v, want two bound ports", ports)
+	}
+	for _, p := range ports {
+		if l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", p)); err == nil {
+			l.Close()
+			t.Errorf("port %d could be bound by another listener while the daemon holds it", p)
 		}
 	}
 }

@@ -34,6 +34,9 @@ func (h systemHandlers) info(_ context.Context, c *Call) (any, error) {
 		Store:  rpc.StoreInfo{Root: info.Store.Root, FSType: info.Store.FSType},
 		Cgroup: rpc.CgroupInfo{Version: info.Cgroup.Version, Controllers: info.Cgroup.Controllers, SubtreeControl: info.Cgroup.SubtreeControl},
 		BootID: info.BootID,
+		Sandbox: rpc.SandboxInfo{RunUID: info.Sandbox.RunUID, RunGID: info.Sandbox.RunGID,
+			Seccomp: seccompRules(info.Sandbox.Seccomp), GuardedPorts: nonNil(info.Sandbox.GuardedPorts),
+			ManagedExecution: info.Sandbox.ManagedExecution},
 	}
 	if info.Image != nil {
 		res.Image = &rpc.ImageInfo{Name: info.Image.Name, Version: info.Image.Version}
@@ -63,4 +66,20 @@ func (h systemHandlers) powerOff(_ context.Context, c *Call) (any, error) {
 	}
 	c.AfterResponse(h.sys.PowerOff)
 	return struct{}{}, nil
+}
+
+// nonNil makes an absent list an empty one on the wire.
+func nonNil[T any](s []T) []T {
+	if s == nil {
+		return []T{}
+	}
+	return s
+}
+
+func seccompRules(rs []system.SeccompRule) []rpc.SeccompRule {
+	out := make([]rpc.SeccompRule, 0, len(rs))
+	for _, r := range rs {
+		out = append(out, rpc.SeccompRule{Syscall: r.Syscall, Number: r.Number, When: r.When, Errno: r.Errno})
+	}
+	return out
 }

@@ -56,6 +56,11 @@ func OpenWith(root, stateDir string, mode DeleteMode) (*Store, error) {
 			return nil, fmt.Errorf("open store: %w", err)
 		}
 	}
+	// agents/ is traversable but not listable: sandboxed runs start as an unprivileged uid, which
+	// must reach the one current/ it binds (the sandbox then shows it nothing else of the store).
+	if err := os.Chmod(filepath.Join(root, "agents"), 0o711); err != nil {
+		return nil, fmt.Errorf("open store: %w", err)
+	}
 	var fs unix.Statfs_t
 	if err := unix.Statfs(root, &fs); err != nil {
 		return nil, fmt.Errorf("open store: %w", err)

@@ -21,6 +21,24 @@ type Info struct {
 	Store   Store
 	Cgroup  Cgroup
 	BootID  string
+	Sandbox Sandbox
+}
+
+// SeccompRule is one row of the runs' seccomp filter: a call (its x86_64 number), the condition
+// on its arguments under which it is refused, and the errno it then fails with.
+type SeccompRule struct {
+	Syscall string
+	Number  int
+	When    string
+	Errno   string
+}
+
+// Sandbox is the boundary of the daemon's runs, as the daemon set it up (zero with --system-only).
+type Sandbox struct {
+	RunUID, RunGID   uint32        // the runs' unprivileged identity
+	Seccomp          []SeccompRule // what the runs' seccomp filter refuses
+	GuardedPorts     []uint16      // TCP/UDP ports no run may connect to, send to or bind, on any address
+	ManagedExecution bool          // process.start may run managed: unsandboxed, as root (the VM is the only boundary)
 }
 
 // Kernel is the running kernel as uname(2) reports it.
@@ -69,6 +87,7 @@ func (s *System) Info() (*Info, error) {
 		Store:   Store{Root: s.Root, FSType: FSTypeName(magic)},
 		Cgroup:  cg,
 		BootID:  strings.TrimSpace(string(bootID)),
+		Sandbox: s.Sandbox,
 	}, nil
 }
 

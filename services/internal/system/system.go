@@ -28,6 +28,8 @@ type System struct {
 	ManifestPath string
 	// Version is the daemon's version.
 	Version string
+	// Sandbox is reported as it is by Info; the daemon sets it once its runs' boundary is up.
+	Sandbox Sandbox
 
 	// Kernel effects and queries.
 	Uname    func() (Kernel, error)

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/allox-os/allox/services/internal/seccomp"
 	"golang.org/x/sys/unix"
 )
 
@@ -24,6 +25,15 @@ type Config struct {
 	Limits         Limits   // per-run limits, applied only where the controller exists
 	// AllowManaged permits StartRequest.Managed runs (the daemon's --managed-execution).
 	AllowManaged bool
+	// RunUID and RunGID are the unprivileged identity of every sandboxed run, in the initial user
+	// namespace and (mapped to itself) in the run's own; 0 means DefaultRunID. Root is never a
+	// run's identity. The session's current/ and what the run creates there belong to it.
+	RunUID, RunGID uint32
+	// Seccomp is the compiled filter handed to bwrap (--add-seccomp-fd); nil means the default
+	// filter of package seccomp.
+	Seccomp []byte
+
+	procMasks []string // bwrap's /proc masks for this kernel, computed once
 }
 
 // Limits are optional per-run cgroup limits. Zero means unlimited. A limit
@@ -61,6 +71,20 @@ func (c *Config) normalize() error {
 			}
 		}
 	}
+	if c.RunUID == 0 {
+		c.RunUID = DefaultRunID
+	}
+	if c.RunGID == 0 {
+		c.RunGID = DefaultRunID
+	}
+	if c.Seccomp == nil {
+		prog, err := seccomp.Program()
+		if err != nil {
+			return fmt.Errorf("seccomp filter: %w", err)
+		}
+		c.Seccomp = prog
+	}
+	c.procMasks = procMasks(os.Lstat)
 	if c.Bwrap == "" {
 		c.Bwrap = "bwrap"
 	}

@@ -49,6 +49,9 @@ func newEnv(t testing.TB, mod func(*Config)) *env {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { os.RemoveAll(base) })
+	if err := os.Chmod(base, 0o711); err != nil { // bwrap, as the run's uid, must reach the binds
+		t.Fatal(err)
+	}
 	e := &env{root: base, records: filepath.Join(base, "records"), state: filepath.Join(base, "state")}
 	agent := filepath.Join(base, "agents", "a", "workspace")
 	e.ws = Workspace{Current: filepath.Join(agent, "sessions", "s1", "current"), Shared: filepath.Join(agent, "shared"), AgentDir: agent}

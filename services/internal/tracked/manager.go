@@ -4,9 +4,12 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"sync"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // Manager starts, tracks and kills sandboxed runs. It is safe for
@@ -19,6 +22,10 @@ type Manager struct {
 	mu   sync.Mutex
 	runs map[string]*run
 	gate Gate
+
+	// sandboxCmd builds a sandboxed run's launcher (boundaryCmd; the bench swaps in the previous
+	// boundary to measure against it in the same run).
+	sandboxCmd func(req *StartRequest, cwd, tmp string) (*exec.Cmd, []*os.File, error)
 }
 
 // run is the in-memory side of one record.
@@ -40,14 +47,23 @@ func NewManager(cfg Config) (*Manager, error) {
 	if err := cfg.normalize(); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrSandbox, err)
 	}
-	if err := os.MkdirAll(cfg.RecordsDir, 0o700); err != nil {
+	// Traversable but not listable: bwrap, already the run's unprivileged identity, must reach a
+	// run's private /tmp in it; the records themselves are the daemon's alone (mode 0600).
+	if err := os.MkdirAll(cfg.RecordsDir, 0o711); err != nil {
 		return nil, fmt.Errorf("records dir: %w", err)
+	}
+	if err := os.Chmod(cfg.RecordsDir, 0o711); err != nil {
+		return nil, fmt.Errorf("records dir: %w", err)
+	}
+	if err := traversable(cfg.RecordsDir, cfg.RunUID, cfg.RunGID); err != nil {
+		return nil, fmt.Errorf("%w: records dir: %w", ErrSandbox, err)
 	}
 	cg, err := newCgroups(&cfg)
 	if err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrSandbox, err)
 	}
 	m := &Manager{cfg: cfg, cg: cg, runs: map[string]*run{}}
+	m.sandboxCmd = m.boundaryCmd
 	if err := m.recover(); err != nil {
 		return nil, err
 	}
@@ -222,4 +238,38 @@ func (m *Manager) CgroupDir(agentID, sessionID, runID string) string {
 		return m.cg.path(m.cg.group(agentID, sessionID))
 	}
 	return m.cg.path(m.cg.group(agentID, sessionID, runID))
+}
+
+// ParentDir is the absolute cgroup v2 directory that holds every agent's, session's and run's
+// group (the place for guards that every run must inherit).
+func (m *Manager) ParentDir() string { return m.cg.path(m.cg.parent) }
+
+// Own makes dir (a session's current/) belong to the runs' identity.
+func (m *Manager) Own(dir string) error { return ownTo(dir, m.cfg.RunUID, m.cfg.RunGID) }
+
+// Identity is the uid and gid of every sandboxed run.
+func (m *Manager) Identity() (uid, gid uint32) { return m.cfg.RunUID, m.cfg.RunGID }
+
+// traversable checks that uid:gid (no supplementary groups) may search every directory from /
+// down to dir, as bwrap, already that identity, must to bind a run's private /tmp from it.
+func traversable(dir string, uid, gid uint32) error {
+	for d := dir; ; d = filepath.Dir(d) {
+		var st unix.Stat_t
+		if err := unix.Stat(d, &st); err != nil {
+			return err
+		}
+		bit := uint32(0o001)
+		switch {
+		case st.Uid == uid:
+			bit = 0o100
+		case st.Gid == gid:
+			bit = 0o010
+		}
+		if st.Mode&bit == 0 {
+			return fmt.Errorf("%s (mode %#o, %d:%d) cannot be searched by the runs' uid %d: run chmod o+x %s", d, st.Mode&0o7777, st.Uid, st.Gid, uid, d)
+		}
+		if d == "/" {
+			return nil
+		}
+	}
 }

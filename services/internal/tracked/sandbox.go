@@ -7,33 +7,81 @@ import (
 	"strconv"
 )
 
-// blockFD is the descriptor (ExtraFiles[0]) bwrap waits on before it runs
-// the command: the manager releases it once the run's gate has passed.
-const blockFD = 3
+// The descriptors bwrap inherits (ExtraFiles, in this order).
+const (
+	blockFD   = 3 // bwrap waits on it before it runs the command; closed once the run's gate passed
+	argsFD    = 4 // bwrap's own command line (--args), so no host path shows in /proc/*/cmdline
+	seccompFD = 5 // the compiled seccomp filter (--add-seccomp-fd)
+)
 
 // sandboxPath is PATH inside the sandbox unless the request sets one.
 const sandboxPath = "/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin"
 
-// bwrapArgs builds the bubblewrap command line for one run. The view is
-// minimal: system dirs read-only, current/ writable at its own path, shared/
-// at its own path, tmpDir as /tmp. Nothing else of the host is visible: not
-// the records dir, the daemon's state or socket, nor other sessions.
+// DefaultRunID is the uid and gid a sandboxed run has in the initial user namespace (and, mapped
+// to itself, inside its own) unless Config.RunUID/RunGID say otherwise. It owns nothing on the
+// guest but what runs create in their current/.
+const DefaultRunID = 2000
+
+// Paths of /proc masked or made read-only in every sandbox: the defaults of runc (the OCI
+// runtime's MaskedPaths and ReadonlyPaths). Only those that exist on this kernel are named to
+// bwrap (it cannot create a mount point inside procfs).
+var (
+	maskedProcFiles = []string{"/proc/interrupts", "/proc/kcore", "/proc/keys", "/proc/latency_stats",
+		"/proc/timer_list", "/proc/timer_stats", "/proc/sched_debug"}
+	maskedProcDirs = []string{"/proc/acpi", "/proc/asound", "/proc/scsi"}
+	readonlyProc   = []string{"/proc/bus", "/proc/fs", "/proc/irq", "/proc/sys", "/proc/sysrq-trigger"}
+)
+
+// procMasks returns bwrap's arguments that mask and protect /proc, for the paths that exist on
+// this kernel (stat is os.Lstat outside tests).
+func procMasks(stat func(string) (os.FileInfo, error)) []string {
+	var a []string
+	for _, p := range maskedProcFiles {
+		if _, err := stat(p); err == nil {
+			a = append(a, "--ro-bind", "/dev/null", p)
+		}
+	}
+	for _, p := range maskedProcDirs {
+		if _, err := stat(p); err == nil {
+			a = append(a, "--tmpfs", p, "--remount-ro", p)
+		}
+	}
+	for _, p := range readonlyProc {
+		if _, err := stat(p); err == nil {
+			a = append(a, "--ro-bind", p, p)
+		}
+	}
+	return a
+}
+
+// bwrapArgs builds bubblewrap's options for one run, which it reads from --args (bwrap takes
+// only options there: the command follows "--" on its own command line, which so shows nothing
+// but the run's argv). The view is
+// minimal: system dirs read-only, current/ writable at its own path, shared/ at its own path,
+// tmpDir as /tmp, /proc of the run's own PID namespace with runc's masks, a minimal /dev, no
+// /sys. Nothing else of the host is visible: not the records dir, the daemon's state, its
+// listeners' sockets, nor other sessions.
 //
-// --die-with-parent is deliberate: the issue asks that the sandbox die with
-// the daemon's supervisor, and background servers of the agent cannot outlive
-// their run anyway (the PID namespace dies with its init). bwrap itself also
-// gets Pdeathsig, see start.
-func bwrapArgs(cfg *Config, req *StartRequest, cwd, tmpDir string) []string {
+// The run is an unprivileged user: bwrap is started as cfg's run uid/gid, creates a user
+// namespace mapping that id to itself and no other (--disable-userns: no nested ones), drops
+// every capability there and installs the seccomp filter last, after its own setup.
+//
+// --die-with-parent is deliberate: background servers of the agent cannot outlive their run
+// anyway (the PID namespace dies with its init). bwrap itself also gets Pdeathsig, see prepare.
+func bwrapArgs(cfg *Config, req *StartRequest, cwd, tmpDir string, masks []string) []string {
 	a := []string{
+		"--unshare-user", "--uid", strconv.Itoa(int(cfg.RunUID)), "--gid", strconv.Itoa(int(cfg.RunGID)), "--disable-userns",
 		"--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
 		"--die-with-parent", "--new-session",
 		"--cap-drop", "ALL",
 		"--proc", "/proc", "--dev", "/dev",
 		"--block-fd", strconv.Itoa(blockFD),
+		"--add-seccomp-fd", strconv.Itoa(seccompFD),
 	}
 	if cfg.UnshareNet {
 		a = append(a, "--unshare-net")
 	}
+	a = append(a, masks...)
 	for _, d := range cfg.SystemDirs {
 		if target, err := os.Readlink(d); err == nil {
 			a = append(a, "--symlink", target, d) // merged /usr: /bin -> usr/bin
@@ -52,8 +100,7 @@ func bwrapArgs(cfg *Config, req *StartRequest, cwd, tmpDir string) []string {
 	for _, kv := range sandboxEnv(req) {
 		a = append(a, "--setenv", kv[0], kv[1])
 	}
-	a = append(a, "--")
-	return append(a, req.Argv...)
+	return a
 }
 
 // sandboxEnv returns the run's environment, sorted by name.

@@ -9,9 +9,12 @@ import (
 	"os/exec"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // Start validates the request, creates the run's cgroup and starts bwrap
@@ -177,10 +180,10 @@ func closeOutput(cmd *exec.Cmd) {
 // parent's copies of descriptors after Start.
 func (m *Manager) prepare(req *StartRequest, r *run, dir, cwd string) (*exec.Cmd, *os.File, func(), error) {
 	tmp := filepath.Join(dir, "tmp")
-	if err := os.MkdirAll(tmp, 0o700); err != nil {
+	if err := m.makeRunDir(req, dir, tmp); err != nil {
 		return nil, nil, nil, err
 	}
-	files := make([]*os.File, 0, 3)
+	files := make([]*os.File, 0, 5)
 	closeAll := func() {
 		for _, f := range files {
 			f.Close()
@@ -201,32 +204,137 @@ func (m *Manager) prepare(req *StartRequest, r *run, dir, cwd string) (*exec.Cmd
 		closeAll()
 		return nil, nil, nil, fmt.Errorf("block fd: %w", err)
 	}
-	cgfd, err := m.cg.create(r.group)
-	if err != nil {
-		closeAll()
-		block.Close()
-		release.Close()
-		return nil, nil, nil, fmt.Errorf("cgroup %s: %w", r.st.Cgroup, err)
-	}
+	extra := []*os.File{block} // blockFD
 	var cmd *exec.Cmd
 	if req.Managed {
 		cmd = managedCommand(req, cwd)
 	} else {
-		cmd = exec.Command(m.cfg.Bwrap, bwrapArgs(&m.cfg, req, cwd, tmp)...)
-		cmd.Env = []string{"PATH=" + sandboxPath} // bwrap --clearenv anyway
-		cmd.Dir = "/"
+		var fds []*os.File
+		cmd, fds, err = m.sandboxCmd(req, cwd, tmp)
+		if err != nil {
+			closeFiles(extra)
+			closeAll()
+			release.Close()
+			return nil, nil, nil, err
+		}
+		extra = append(extra, fds...)
+	}
+	cgfd, err := m.cg.create(r.group)
+	if err != nil {
+		closeFiles(extra)
+		closeAll()
+		release.Close()
+		return nil, nil, nil, fmt.Errorf("cgroup %s: %w", r.st.Cgroup, err)
 	}
 	cmd.Stdin = bytes.NewReader(req.Stdin)
 	cmd.Stdout, cmd.Stderr = out[0], out[1]
 	cmd.WaitDelay = time.Second
-	cmd.SysProcAttr = &syscall.SysProcAttr{
-		UseCgroupFD: true,
-		CgroupFD:    int(cgfd.Fd()),
-		Pdeathsig:   syscall.SIGKILL, // bwrap dies with the daemon; --die-with-parent takes the sandbox along
+	if cmd.SysProcAttr == nil {
+		cmd.SysProcAttr = &syscall.SysProcAttr{}
 	}
-	cmd.ExtraFiles = []*os.File{block} // blockFD
+	cmd.SysProcAttr.UseCgroupFD, cmd.SysProcAttr.CgroupFD = true, int(cgfd.Fd())
+	cmd.SysProcAttr.Pdeathsig = syscall.SIGKILL // bwrap dies with the daemon; --die-with-parent takes the sandbox along
+	cmd.ExtraFiles = extra
 	// The output files stay open in the writers until supervise ends.
-	return cmd, release, func() { cgfd.Close(); block.Close() }, nil
+	return cmd, release, func() { cgfd.Close(); closeFiles(extra) }, nil
+}
+
+// boundaryCmd is the sandbox launcher of a run: bwrap with its options in a sealed memfd
+// (argsFD), the seccomp filter in another (seccompFD), started as the run's unprivileged identity
+// (no capability in the initial user namespace, ever; Go sets Pdeathsig after the switch, which
+// would clear it). The files are the child's from argsFD on.
+func (m *Manager) boundaryCmd(req *StartRequest, cwd, tmp string) (*exec.Cmd, []*os.File, error) {
+	args, err := sealedFile("bwrap-args", nulJoin(bwrapArgs(&m.cfg, req, cwd, tmp, m.cfg.procMasks)))
+	if err != nil {
+		return nil, nil, err
+	}
+	filter, err := sealedFile("seccomp", m.cfg.Seccomp)
+	if err != nil {
+		args.Close()
+		return nil, nil, err
+	}
+	cmd := exec.Command(m.cfg.Bwrap, append([]string{"--args", strconv.Itoa(argsFD), "--"}, req.Argv...)...)
+	cmd.Env = []string{"PATH=" + sandboxPath} // bwrap --clearenv anyway
+	cmd.Dir = "/"
+	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: m.cfg.RunUID, Gid: m.cfg.RunGID, Groups: []uint32{}}}
+	return cmd, []*os.File{args, filter}, nil
+}
+
+// makeRunDir makes the run's directory (traversable, so that bwrap, already unprivileged, can
+// reach the private /tmp it binds) and its /tmp, owned by the run's identity. A sandboxed run's
+// current/ belongs to that identity too (a workspace made before runs were unprivileged is
+// handed over at its first run; files inside keep their owner), and so does shared/ when runs
+// may write it.
+func (m *Manager) makeRunDir(req *StartRequest, dir, tmp string) error {
+	if err := os.Mkdir(dir, 0o711); err != nil {
+		return err
+	}
+	if err := os.Mkdir(tmp, 0o700); err != nil {
+		return err
+	}
+	if req.Managed {
+		return nil
+	}
+	if err := os.Lchown(tmp, int(m.cfg.RunUID), int(m.cfg.RunGID)); err != nil {
+		return fmt.Errorf("private /tmp: %w", err)
+	}
+	if m.cfg.SharedWritable {
+		if err := ownTo(req.Workspace.Shared, m.cfg.RunUID, m.cfg.RunGID); err != nil {
+			return err
+		}
+	}
+	return ownTo(req.Workspace.Current, m.cfg.RunUID, m.cfg.RunGID)
+}
+
+// ownTo makes dir (not a symlink) owned by uid:gid unless it already is.
+func ownTo(dir string, uid, gid uint32) error {
+	var st unix.Stat_t
+	if err := unix.Lstat(dir, &st); err != nil {
+		return err
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFDIR {
+		return fmt.Errorf("%s is not a directory", dir)
+	}
+	if st.Uid == uid && st.Gid == gid {
+		return nil
+	}
+	return os.Lchown(dir, int(uid), int(gid))
+}
+
+// sealedFile returns a sealed memfd holding data, positioned at its start, for a child to read.
+func sealedFile(name string, data []byte) (*os.File, error) {
+	fd, err := unix.MemfdCreate(name, unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
+	if err != nil {
+		return nil, fmt.Errorf("memfd %s: %w", name, err)
+	}
+	f := os.NewFile(uintptr(fd), name)
+	_, err = f.Write(data)
+	if err == nil {
+		_, err = unix.FcntlInt(f.Fd(), unix.F_ADD_SEALS, unix.F_SEAL_SEAL|unix.F_SEAL_SHRINK|unix.F_SEAL_GROW|unix.F_SEAL_WRITE)
+	}
+	if err == nil {
+		_, err = f.Seek(0, 0)
+	}
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("memfd %s: %w", name, err)
+	}
+	return f, nil
+}
+
+// nulJoin is bwrap's --args format: every argument ends with a NUL byte.
+func nulJoin(args []string) []byte {
+	var b []byte
+	for _, a := range args {
+		b = append(append(b, a...), 0)
+	}
+	return b
+}
+
+func closeFiles(fs []*os.File) {
+	for _, f := range fs {
+		f.Close()
+	}
 }
 
 // supervise waits for the run, enforces its timeout, empties and removes
@@ -259,7 +367,8 @@ func (m *Manager) supervise(cmd *exec.Cmd, r *run, dir string, req StartRequest)
 		st.Reason = joinReason(st.Reason, "observer: "+residueErr.Error())
 	}
 	if st.State == StateExited && !req.Managed {
-		if err := syncTmp(filepath.Join(dir, "tmp"), req.Workspace.Current); err != nil {
+		owner := [2]int{int(m.cfg.RunUID), int(m.cfg.RunGID)}
+		if err := syncTmp(filepath.Join(dir, "tmp"), req.Workspace.Current, owner); err != nil {
 			st.Reason = joinReason(st.Reason, "tmp sync: "+err.Error())
 		}
 	}

@@ -19,8 +19,9 @@ const TmpSyncDir = ".allox-tmp"
 // merging with what is there. Sockets, FIFOs and device nodes are skipped
 // (they are kernel state and never enter a checkpoint), as are symlinks that
 // point outside /tmp. Both trees are agent-controlled, so every access goes
-// through os.Root: no symlink can lead the daemon out of either tree.
-func syncTmp(tmpDir, current string) error {
+// through os.Root: no symlink can lead the daemon out of either tree. What the sync creates
+// belongs to owner (the run's identity), like everything else the run wrote.
+func syncTmp(tmpDir, current string, owner [2]int) error {
 	src, err := os.OpenRoot(tmpDir)
 	if err != nil {
 		return err
@@ -32,6 +33,9 @@ func syncTmp(tmpDir, current string) error {
 	}
 	defer dst.Close()
 	if err := dst.MkdirAll(TmpSyncDir, 0o755); err != nil {
+		return fmt.Errorf("%s: %w", TmpSyncDir, err)
+	}
+	if err := dst.Lchown(TmpSyncDir, owner[0], owner[1]); err != nil {
 		return fmt.Errorf("%s: %w", TmpSyncDir, err)
 	}
 	var errs []error
@@ -51,6 +55,12 @@ func syncTmp(tmpDir, current string) error {
 			err = copyRegular(src, dst, p, to)
 		case t&fs.ModeSymlink != 0:
 			err = copySymlink(src, dst, p, to)
+		}
+		if err == nil {
+			err = dst.Lchown(to, owner[0], owner[1])
+			if errors.Is(err, fs.ErrNotExist) {
+				err = nil // a skipped entry
+			}
 		}
 		if err != nil {
 			errs = append(errs, fmt.Errorf("%s: %w", p, err))

@@ -3,7 +3,10 @@ package tracked
 import (
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
+
+	"golang.org/x/sys/unix"
 )
 
 // validID reports whether s uses the short safe alphabet of ids: letters,
@@ -72,31 +75,41 @@ func validate(req *StartRequest, allowManaged bool) (string, error) {
 	return resolveCwd(ws.Current, req.Cwd)
 }
 
+// resolveCwd returns the host path of the run's working directory. The kernel resolves cwd
+// beneath current/ (openat2 RESOLVE_BENEATH: no "..", absolute or magic link may lead out), and
+// every failure gets the same answer, so that an agent cannot learn through cwd whether a path
+// outside current/ exists.
 func resolveCwd(current, cwd string) (string, error) {
 	if filepath.IsAbs(cwd) || strings.ContainsRune(cwd, 0) {
 		return "", invalid("cwd", "%q: must be relative to current/, e.g. \"src\"", cwd)
 	}
-	rel := filepath.Clean(cwd)
-	if rel == ".." || strings.HasPrefix(rel, "../") {
-		return "", invalid("cwd", "%q: leaves current/", cwd)
-	}
-	root, err := filepath.EvalSymlinks(current)
+	root, err := os.Open(current)
 	if err != nil {
 		return "", invalid("workspace", "%q: %v", current, err)
 	}
-	p, err := filepath.EvalSymlinks(filepath.Join(root, rel))
+	defer root.Close()
+	rootPath, err := os.Readlink(fdPath(root.Fd()))
 	if err != nil {
-		return "", invalid("cwd", "%q: %v", cwd, err)
+		return "", invalid("workspace", "%q: %v", current, err)
 	}
-	if p != root && !strings.HasPrefix(p, root+"/") {
-		return "", invalid("cwd", "%q: resolves outside current/", cwd)
+	fd, err := unix.Openat2(int(root.Fd()), filepath.Clean("./"+cwd), &unix.OpenHow{
+		Flags:   unix.O_PATH | unix.O_DIRECTORY | unix.O_CLOEXEC,
+		Resolve: unix.RESOLVE_BENEATH | unix.RESOLVE_NO_MAGICLINKS,
+	})
+	if err != nil {
+		return "", invalid("cwd", "%q: not a directory inside current/: name one that exists there, "+
+			"reached without leaving current/ (no \"..\" and no symlink out of it)", cwd)
 	}
-	if fi, err := os.Stat(p); err != nil || !fi.IsDir() {
-		return "", invalid("cwd", "%q: not a directory", cwd)
+	p, err := os.Readlink(fdPath(uintptr(fd)))
+	unix.Close(fd)
+	if err != nil || (p != rootPath && !strings.HasPrefix(p, rootPath+"/")) {
+		return "", invalid("cwd", "%q: not a directory inside current/", cwd)
 	}
 	// The sandbox binds current/ at its own path, so the same path is valid inside.
-	return filepath.Join(current, strings.TrimPrefix(p, root)), nil
+	return filepath.Join(current, strings.TrimPrefix(p, rootPath)), nil
 }
+
+func fdPath(fd uintptr) string { return "/proc/self/fd/" + strconv.Itoa(int(fd)) }
 
 func under(p string, dirs ...string) bool {
 	for _, d := range dirs {

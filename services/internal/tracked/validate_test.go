@@ -118,3 +118,23 @@ func TestValidParent(t *testing.T) {
 		}
 	}
 }
+
+// TestCwdDoesNotTellWhetherAHostPathExists is the probing attack: a symlink in current/ to a host
+// path, passed as cwd, must get the same answer whether the host path exists or not (and the same
+// as a plainly missing directory).
+func TestCwdDoesNotTellWhetherAHostPathExists(t *testing.T) {
+	cur := t.TempDir()
+	must(t, os.Symlink("/etc", filepath.Join(cur, "probe")))
+	_, errExists := resolveCwd(cur, "probe")
+	must(t, os.Remove(filepath.Join(cur, "probe")))
+	must(t, os.Symlink("/nonexistent-allox-probe", filepath.Join(cur, "probe")))
+	_, errMissing := resolveCwd(cur, "probe")
+	must(t, os.Remove(filepath.Join(cur, "probe")))
+	_, errPlain := resolveCwd(cur, "probe")
+	if errExists == nil || errMissing == nil || errPlain == nil {
+		t.Fatalf("resolveCwd accepted a probe: %v / %v / %v", errExists, errMissing, errPlain)
+	}
+	if errExists.Error() != errMissing.Error() || errMissing.Error() != errPlain.Error() {
+		t.Errorf("answers differ, so the probe learns whether the host path exists:\n%v\n%v\n%v", errExists, errMissing, errPlain)
+	}
+}

@@ -16,6 +16,8 @@ package tracker
 import (
 	"errors"
 	"fmt"
+	"path/filepath"
+	"strings"
 
 	"github.com/allox-os/allox/services/internal/tracked"
 )
@@ -149,9 +151,15 @@ func (t *Tracker) Tree(agentID, sessionID, runID string) (*Tree, error) {
 	if t.ebpf != nil {
 		return t.ebpf.tree(ids)
 	}
+	session := t.runs.CgroupDir(agentID, sessionID, "")
 	procs, err := cgroupProcs(t.proc, t.runs.CgroupDir(agentID, sessionID, runID))
 	if err != nil {
 		return nil, err
+	}
+	for i := range procs {
+		if rel, err := filepath.Rel(session, procs[i].Cgroup); err == nil && filepath.IsLocal(rel) {
+			procs[i].RunID, _, _ = strings.Cut(rel, "/")
+		}
 	}
 	return &Tree{Source: SourceCgroup, Note: cgroupNote, Processes: procs}, nil
 }

@@ -63,6 +63,11 @@ func (s *Service) CreateSession(agent, id string, turnCheckpoints *bool) (*store
 	if err != nil {
 		return nil, err
 	}
+	// current/ belongs to the runs' unprivileged identity from the start, so that every
+	// checkpoint of it (the baseline first) and every rollback agrees with what runs see.
+	if err := s.Runs.Own(sess.Current); err != nil {
+		return nil, errors.Join(fmt.Errorf("hand current/ to the runs' identity: %w", err), s.Store.DeleteSession(agent, id))
+	}
 	if turnCheckpoints != nil {
 		if err := s.Policy.SetSession(agent, id, *turnCheckpoints); err != nil {
 			return nil, errors.Join(err, s.Store.DeleteSession(agent, id))

@@ -1,0 +1,296 @@
+package qemutests
+
+import (
+	"bytes"
+	"compress/gzip"
+	"context"
+	"encoding/base64"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/allox-os/allox/internal/rpc"
+)
+
+// attacker drives runs of one session of the booted default appliance, as an agent would: every
+// subtest of TestSandboxAttacksInGuest is one attack, and fails if the attack works.
+type attacker struct {
+	t       *testing.T
+	ctx     context.Context
+	b       *booted
+	agent   string
+	session string
+}
+
+func (g *attacker) must(t *testing.T, action string, params map[string]any, res any) {
+	t.Helper()
+	if err := g.b.rpc.Call(g.ctx, action, params, res); err != nil {
+		t.Fatalf("%s %v: %v", action, params, err)
+	}
+}
+
+// sh runs script with /bin/sh in the attacker's session and returns its stdout (stderr appended
+// after a line "--stderr--") and the finished run.
+func (g *attacker) sh(t *testing.T, script string, extra map[string]any) (string, rpc.Run) {
+	t.Helper()
+	p := map[string]any{"agent_id": g.agent, "session_id": g.session, "argv": []string{"/bin/sh", "-c", script}}
+	for k, v := range extra {
+		p[k] = v
+	}
+	var r rpc.Run
+	g.must(t, rpc.ActionProcessStart, p, &r)
+	g.must(t, rpc.ActionProcessWait, map[string]any{"run_id": r.RunID}, &r)
+	var out, errOut rpc.Output
+	g.must(t, rpc.ActionProcessOutput, map[string]any{"run_id": r.RunID, "limit": 1 << 20}, &out)
+	g.must(t, rpc.ActionProcessOutput, map[string]any{"run_id": r.RunID, "stream": "stderr", "limit": 1 << 20}, &errOut)
+	return out.Data + "--stderr--\n" + errOut.Data, r
+}
+
+// probeOnce builds the probe (a static binary of raw syscalls) once per test binary.
+var probeOnce = sync.OnceValues(func() ([]byte, error) {
+	dir, err := os.MkdirTemp("", "allox-probe-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(dir)
+	bin := filepath.Join(dir, "probe")
+	cmd := exec.Command("go", "build", "-trimpath", "-ldflags=-s -w", "-o", bin, "./internal/probe")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH=amd64")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("go build probe: %v\n%s", err, out)
+	}
+	return os.ReadFile(bin)
+})
+
+// uploadProbe puts the probe into current/ of the attacker's session as ./probe: gzip, base64 and
+// chunks that fit the RPC request limit, through process.start's stdin.
+func (g *attacker) uploadProbe(t *testing.T) {
+	t.Helper()
+	bin, err := probeOnce()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var z bytes.Buffer
+	zw := gzip.NewWriter(&z)
+	zw.Write(bin)
+	zw.Close()
+	text := base64.StdEncoding.EncodeToString(z.Bytes())
+	const chunk = 512 << 10
+	for off := 0; off < len(text); off += chunk {
+		part := text[off:min(off+chunk, len(text))]
+		if out, r := g.sh(t, "cat >> probe.b64", map[string]any{"stdin": part}); r.ExitCode == nil || *r.ExitCode != 0 {
+			t.Fatalf("uploading the probe: %+v\n%s", r, out)
+		}
+	}
+	if out, r := g.sh(t, "base64 -d probe.b64 | gunzip > probe && chmod 755 probe && rm probe.b64 && ./probe raw 39", nil); r.ExitCode == nil || *r.ExitCode != 0 || !strings.HasPrefix(out, "ok ") {
+		t.Fatalf("the probe does not run in the guest: %+v\n%s", r, out)
+	}
+}
+
+// probe runs ./probe with args and returns its one-line answer ("ok ..." or "errno=NAME").
+func (g *attacker) probe(t *testing.T, args ...string) string {
+	t.Helper()
+	q := make([]string, len(args))
+	for i, a := range args {
+		q[i] = "'" + strings.ReplaceAll(a, "'", `'\''`) + "'"
+	}
+	out, r := g.sh(t, "./probe "+strings.Join(q, " "), nil)
+	line, _, _ := strings.Cut(out, "\n")
+	if r.ExitCode == nil || *r.ExitCode != 0 || line == "" {
+		t.Fatalf("probe %q: %+v\n%s", args, r, out)
+	}
+	return line
+}
+
+// TestSandboxAttacksInGuest boots the default appliance and attacks its sandbox from inside runs,
+// on the appliance's own kernel, bubblewrap and network guard: every subtest is one attack of
+// issue 11 and fails if the attack works.
+func TestSandboxAttacksInGuest(t *testing.T) {
+	a := needAppliance(t, imageMode)
+	ctx := testContext(t, 3*bootBudget)
+	b := a.boot(ctx, t, imageMode, blankDisk(t))
+	b.waitReady(ctx, t)
+	g := &attacker{t: t, ctx: ctx, b: b, agent: "agent-a", session: "session-1"}
+	for _, p := range []map[string]any{
+		{"agent_id": "agent-a"}, {"agent_id": "agent-b"},
+		{"agent_id": "agent-a", "session_id": "session-1"}, {"agent_id": "agent-b", "session_id": "session-1"},
+	} {
+		action := rpc.ActionAgentCreate
+		if _, ok := p["session_id"]; ok {
+			action = rpc.ActionSessionCreate
+		}
+		g.must(t, action, p, nil)
+	}
+	var info rpc.SystemInfo
+	g.must(t, rpc.ActionSystemInfo, nil, &info)
+	t.Logf("sandbox: %+v", info.Sandbox)
+	g.uploadProbe(t)
+
+	t.Run("system.info reports the boundary", func(t *testing.T) {
+		sb := info.Sandbox
+		if sb.RunUID == 0 || sb.RunGID == 0 || sb.ManagedExecution || len(sb.Seccomp) == 0 {
+			t.Errorf("system.info sandbox = %+v: want an unprivileged identity, the seccomp rules and no managed execution", sb)
+		}
+		for _, p := range []uint16{8092, 8093} {
+			if !slices.Contains(sb.GuardedPorts, p) {
+				t.Errorf("guarded ports %v lack the daemon's port %d", sb.GuardedPorts, p)
+			}
+		}
+	})
+	t.Run("run is root", func(t *testing.T) {
+		out, _ := g.sh(t, `id -u; id -g; grep -E '^(Cap(Eff|Prm|Inh|Bnd|Amb)|NoNewPrivs|Seccomp):' /proc/self/status; cat /proc/self/uid_map`, nil)
+		if !strings.HasPrefix(out, fmt.Sprintf("%d\n%d\n", info.Sandbox.RunUID, info.Sandbox.RunGID)) {
+			t.Errorf("run's identity is not the unprivileged one:\n%s", out)
+		}
+		for _, l := range strings.Split(out, "\n") {
+			k, v, _ := strings.Cut(l, ":")
+			v = strings.TrimSpace(v)
+			if strings.HasPrefix(k, "Cap") && v != "0000000000000000" || k == "NoNewPrivs" && v != "1" || k == "Seccomp" && v != "2" {
+				t.Errorf("%s = %s in a run", k, v)
+			}
+		}
+	})
+	t.Run("core_pattern", func(t *testing.T) {
+		out, _ := g.sh(t, `cat /proc/sys/kernel/core_pattern; echo "|$PWD/h.sh" > /proc/sys/kernel/core_pattern && echo WROTE; cat /proc/sys/kernel/core_pattern`, nil)
+		lines := strings.Split(out, "\n")
+		if strings.Contains(out, "WROTE") || strings.Contains(out, "h.sh") || len(lines) < 2 || lines[0] != lines[1] {
+			t.Errorf("core_pattern written from a run:\n%s", out)
+		}
+	})
+	t.Run("nested user namespace", func(t *testing.T) {
+		if out, _ := g.sh(t, `unshare -Ur id -u && echo NESTED`, nil); strings.Contains(out, "NESTED") {
+			t.Errorf("a run made a user namespace of its own:\n%s", out)
+		}
+	})
+	t.Run("root-only files", func(t *testing.T) {
+		if out, _ := g.sh(t, `for f in /etc/shadow /etc/gshadow; do test -e $f || echo "MISSING $f"; head -c1 $f >/dev/null 2>&1 && echo "READ $f"; done`, nil); strings.Contains(out, "READ") || strings.Contains(out, "MISSING") {
+			t.Errorf("root-only files from a run:\n%s", out)
+		}
+	})
+	t.Run("proc and sys", func(t *testing.T) {
+		script := `for f in /proc/kcore /proc/keys /proc/timer_list /proc/sched_debug /proc/latency_stats /proc/interrupts; do test -s $f && echo "CONTENT $f"; done
+for d in /proc/acpi /proc/scsi; do test -d $d && ls -A $d | grep -q . && echo "CONTENT $d"; done
+echo h > /proc/sysrq-trigger 2>/dev/null && echo "WROTE sysrq"
+for p in /proc/sys /proc/sysrq-trigger /proc/bus /proc/fs /proc/irq; do grep " $p " /proc/self/mounts | grep -qv " ro[ ,]" && echo "RW $p"; done
+for p in /sys /sys/fs/cgroup /sys/fs/bpf /sys/kernel/tracing /sys/kernel/debug /sys/firmware; do test -e $p && echo "VISIBLE $p"; done
+true`
+		out, _ := g.sh(t, script, nil)
+		for _, bad := range []string{"CONTENT", "WROTE", "RW ", "VISIBLE"} {
+			if strings.Contains(out, bad) {
+				t.Errorf("a run got through /proc or /sys (%s):\n%s", bad, out)
+			}
+		}
+	})
+	t.Run("btrfs subvolumes", func(t *testing.T) {
+		out, _ := g.sh(t, `btrfs subvolume create nested && echo CREATED; btrfs subvolume snapshot . snap && echo SNAPSHOT; test -e nested && echo EXISTS; true`, nil)
+		if strings.Contains(out, "CREATED") || strings.Contains(out, "SNAPSHOT") || strings.Contains(out, "EXISTS") {
+			t.Errorf("a run made a Btrfs subvolume or snapshot:\n%s", out)
+		}
+		if !strings.Contains(out, "Operation not permitted") {
+			t.Errorf("want the seccomp filter's EPERM:\n%s", out)
+		}
+	})
+	t.Run("launcher command line", func(t *testing.T) {
+		out, _ := g.sh(t, `for f in /proc/[0-9]*/cmdline; do tr '\0' ' ' < $f; echo; done`, nil)
+		for _, leak := range []string{"/var/lib/allox", "--bind", "--setenv", ".allox-state"} {
+			if strings.Contains(out, leak) {
+				t.Errorf("a run reads the launcher's command line (%q):\n%s", leak, out)
+			}
+		}
+	})
+	t.Run("cwd probes host paths", func(t *testing.T) {
+		g.sh(t, `ln -s /etc to-etc; ln -s /nonexistent-allox to-nothing`, nil)
+		var answers []string
+		for _, cwd := range []string{"to-etc", "to-nothing"} {
+			err := g.b.rpc.Call(ctx, rpc.ActionProcessStart, map[string]any{"agent_id": g.agent, "session_id": g.session,
+				"argv": []string{"/bin/true"}, "cwd": cwd}, nil)
+			if err == nil {
+				t.Fatalf("cwd %q outside current/ accepted", cwd)
+			}
+			answers = append(answers, strings.ReplaceAll(err.Error(), cwd, "CWD"))
+		}
+		if answers[0] != answers[1] {
+			t.Errorf("cwd answers tell an existing host path from a missing one:\n%s\n%s", answers[0], answers[1])
+		}
+	})
+	t.Run("vsock", func(t *testing.T) {
+		if got := g.probe(t, "raw", "41", "40", "1", "0"); got != "errno=EPERM" { // socket(AF_VSOCK, SOCK_STREAM, 0)
+			t.Errorf("socket(AF_VSOCK) from a run: %s, want errno=EPERM", got)
+		}
+	})
+	g.controlPlane(t, info)
+}
+
+// controlPlane is the subtests that try to reach, or take, the daemon's listeners from a run.
+func (g *attacker) controlPlane(t *testing.T, info rpc.SystemInfo) {
+	hostAddr := g.nicAddress(t)
+	targets := []struct{ net, ip string }{
+		{"tcp4", "127.0.0.1"}, {"tcp4", "127.0.0.2"}, {"tcp4", "0.0.0.0"}, {"tcp4", hostAddr},
+		{"tcp6", "::1"}, {"tcp6", "::ffff:127.0.0.1"}, {"tcp6", "::"}, {"tcp6", "::ffff:" + hostAddr},
+	}
+	for _, port := range info.Sandbox.GuardedPorts {
+		for _, tg := range targets {
+			t.Run(fmt.Sprintf("connect %s %s port %d", tg.net, tg.ip, port), func(t *testing.T) {
+				if got := g.probe(t, "connect", tg.net, tg.ip, fmt.Sprint(port)); got != "errno=EPERM" {
+					t.Errorf("a run connected to the daemon's port: %s", got)
+				}
+			})
+		}
+		t.Run(fmt.Sprintf("connect localhost by name port %d", port), func(t *testing.T) {
+			out, _ := g.sh(t, fmt.Sprintf(`for ip in $(getent ahosts localhost | cut -d' ' -f1 | sort -u) $(getent ahosts "$(hostname)" | cut -d' ' -f1 | sort -u); do
+case $ip in *:*) n=tcp6;; *) n=tcp4;; esac; echo "$ip $(./probe connect $n $ip %d)"; done`, port), nil)
+			lines := strings.Split(strings.TrimSpace(strings.Split(out, "--stderr--")[0]), "\n")
+			if len(lines) == 0 || lines[0] == "" {
+				t.Fatalf("localhost resolves to nothing in a run:\n%s", out)
+			}
+			for _, l := range lines {
+				if !strings.HasSuffix(l, "errno=EPERM") {
+					t.Errorf("a run reached the daemon by name: %s", l)
+				}
+			}
+		})
+		for _, n := range []string{"udp4", "udp6"} {
+			ip := map[string]string{"udp4": "127.0.0.1", "udp6": "::1"}[n]
+			t.Run(fmt.Sprintf("sendto %s port %d", n, port), func(t *testing.T) {
+				if got := g.probe(t, "sendto", n, ip, fmt.Sprint(port)); got != "errno=EPERM" {
+					t.Errorf("a run sent to the daemon's port: %s", got)
+				}
+			})
+		}
+		for _, tg := range []struct{ net, ip string }{{"tcp4", "0.0.0.0"}, {"tcp4", "127.0.0.1"}, {"tcp4", hostAddr}, {"tcp6", "::"}, {"tcp6", "::1"}, {"udp4", "0.0.0.0"}, {"udp6", "::"}} {
+			t.Run(fmt.Sprintf("bind %s %s port %d", tg.net, tg.ip, port), func(t *testing.T) {
+				if got := g.probe(t, "bind", tg.net, tg.ip, fmt.Sprint(port)); got != "errno=EPERM" {
+					t.Errorf("a run could bind (squat) the daemon's port: %s", got)
+				}
+			})
+		}
+	}
+	t.Run("control: other ports stay reachable", func(t *testing.T) {
+		if got := g.probe(t, "connect", "tcp4", "127.0.0.1", "9"); got != "errno=ECONNREFUSED" {
+			t.Errorf("connect to an unguarded closed port = %s, want errno=ECONNREFUSED: the guard refuses more than the daemon's ports", got)
+		}
+		if got := g.probe(t, "bind", "tcp4", "127.0.0.1", "18092"); got != "ok " {
+			t.Errorf("bind an unguarded port = %s, want ok", got)
+		}
+	})
+}
+
+// nicAddress is the guest's own IPv4 address on its NIC, as a run sees it.
+func (g *attacker) nicAddress(t *testing.T) string {
+	t.Helper()
+	out, _ := g.sh(t, `ip -4 -o addr show scope global 2>/dev/null | awk '{print $4}' | cut -d/ -f1 | head -1`, nil)
+	addr := strings.TrimSpace(strings.Split(out, "--stderr--")[0])
+	if addr == "" {
+		out, _ = g.sh(t, `hostname -I 2>/dev/null | cut -d' ' -f1`, nil)
+		addr = strings.TrimSpace(strings.Split(out, "--stderr--")[0])
+	}
+	if addr == "" {
+		t.Fatalf("no NIC address visible in a run:\n%s", out)
+	}
+	return addr
+}
