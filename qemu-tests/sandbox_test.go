@@ -223,7 +223,56 @@ true`
 			t.Errorf("socket(AF_VSOCK) from a run: %s, want errno=EPERM", got)
 		}
 	})
+	t.Run("seccomp", func(t *testing.T) { g.seccomp(t, info.Sandbox.Seccomp) })
 	g.controlPlane(t, info)
+	b.powerOff(ctx, t)
+}
+
+// seccomp makes every call that system.info says the filter refuses, with arguments that meet the
+// rule's conditions (and are otherwise zero: harmless had the call gone through), all in one run,
+// and checks each answer in a subtest of its own.
+func (g *attacker) seccomp(t *testing.T, rules []rpc.SeccompRule) {
+	var script strings.Builder
+	for i, r := range rules {
+		fmt.Fprintf(&script, "echo \"%d $(./probe raw %s)\"\n", i, strings.Join(seccompArgs(r), " "))
+	}
+	out, _ := g.sh(t, script.String(), nil)
+	answers := map[string]string{}
+	for _, l := range strings.Split(out, "\n") {
+		if i, a, ok := strings.Cut(l, " "); ok {
+			answers[i] = a
+		}
+	}
+	for i, r := range rules {
+		t.Run(fmt.Sprintf("%s %s", r.Syscall, r.When), func(t *testing.T) {
+			if got, want := answers[fmt.Sprint(i)], "errno="+r.Errno; got != want {
+				t.Errorf("%s(%s) from a run: %q, want %s", r.Syscall, strings.Join(seccompArgs(r)[1:], ", "), got, want)
+			}
+		})
+	}
+}
+
+// seccompArgs is the probe's raw call for a rule: its number and six arguments meeting its
+// conditions.
+func seccompArgs(r rpc.SeccompRule) []string {
+	var args [6]uint64
+	var ne []uint64
+	for _, a := range r.Args {
+		switch a.Op {
+		case "eq32", "any_bit":
+			args[a.Index] = a.Value
+		case "ne":
+			ne = append(ne, a.Value)
+			for slices.Contains(ne, args[a.Index]) {
+				args[a.Index]++
+			}
+		}
+	}
+	out := []string{fmt.Sprint(r.Number)}
+	for _, a := range args {
+		out = append(out, fmt.Sprint(a))
+	}
+	return out
 }
 
 // controlPlane is the subtests that try to reach, or take, the daemon's listeners from a run.
@@ -242,7 +291,8 @@ func (g *attacker) controlPlane(t *testing.T, info rpc.SystemInfo) {
 			})
 		}
 		t.Run(fmt.Sprintf("connect localhost by name port %d", port), func(t *testing.T) {
-			out, _ := g.sh(t, fmt.Sprintf(`for ip in $(getent ahosts localhost | cut -d' ' -f1 | sort -u) $(getent ahosts "$(hostname)" | cut -d' ' -f1 | sort -u); do
+			// The guest resolves names from /etc/hosts only (it has no DNS of its own).
+			out, _ := g.sh(t, fmt.Sprintf(`for ip in $(awk '!/^#/ { for (i = 2; i <= NF; i++) if ($i == "localhost") print $1 }' /etc/hosts); do
 case $ip in *:*) n=tcp6;; *) n=tcp4;; esac; echo "$ip $(./probe connect $n $ip %d)"; done`, port), nil)
 			lines := strings.Split(strings.TrimSpace(strings.Split(out, "--stderr--")[0]), "\n")
 			if len(lines) == 0 || lines[0] == "" {
@@ -270,6 +320,21 @@ case $ip in *:*) n=tcp6;; *) n=tcp4;; esac; echo "$ip $(./probe connect $n $ip %
 			})
 		}
 	}
+	// The guard sees only the ports a process asks for: one the kernel picks itself (bind to 0, an
+	// unbound listen or connect) must never be a guarded one.
+	t.Run("squat through an ephemeral port", func(t *testing.T) {
+		out, _ := g.sh(t, `cat /proc/sys/net/ipv4/ip_local_port_range /proc/sys/net/ipv4/ip_local_reserved_ports`, nil)
+		var lo, hi int
+		if _, err := fmt.Sscan(out, &lo, &hi); err != nil {
+			t.Fatalf("ip_local_port_range: %v\n%s", err, out)
+		}
+		reserved := strings.Fields(strings.Split(out, "\n")[1])
+		for _, p := range info.Sandbox.GuardedPorts {
+			if int(p) >= lo && int(p) <= hi && !slices.Contains(reserved, fmt.Sprint(p)) {
+				t.Errorf("guarded port %d lies in the ephemeral range %d-%d and is not reserved: a run could be handed it", p, lo, hi)
+			}
+		}
+	})
 	t.Run("control: other ports stay reachable", func(t *testing.T) {
 		if got := g.probe(t, "connect", "tcp4", "127.0.0.1", "9"); got != "errno=ECONNREFUSED" {
 			t.Errorf("connect to an unguarded closed port = %s, want errno=ECONNREFUSED: the guard refuses more than the daemon's ports", got)

@@ -29,7 +29,17 @@ type SeccompRule struct {
 	Syscall string `json:"syscall"`
 	Number  int    `json:"nr"`   // on x86_64
 	When    string `json:"when"` // "always", or the condition on the arguments, e.g. "arg0&0xffffffff == 0x28 (AF_VSOCK)"
-	Errno   string `json:"errno"`
+	// Args is When for programs: every condition must hold (none: every call is refused).
+	Args  []SeccompArg `json:"args"`
+	Errno string       `json:"errno"`
+}
+
+// SeccompArg is one condition of a seccomp rule on argument Index: Op "eq32" (its low 32 bits
+// equal Value), "any_bit" (it has a bit of Value set) or "ne" (it differs from Value).
+type SeccompArg struct {
+	Index int    `json:"index"`
+	Op    string `json:"op"`
+	Value uint64 `json:"value"`
 }
 
 // SandboxInfo is the boundary of sandboxed runs.

@@ -4,7 +4,9 @@
 #
 # The extract variant runs no maintainer scripts, so this hook does what base-files, base-passwd and
 # usrmerge would have done, and no more: merged-/usr symlinks (Debian 12 and later expect them; mmdebstrap
-# extracts with --keep-directory-symlink so /bin/x lands in /usr/bin/x), and the two account databases.
+# extracts with --keep-directory-symlink so /bin/x lands in /usr/bin/x), the account databases (root
+# and nobody locked, and allox-run, uid and gid 2000: the unprivileged identity of every sandboxed run,
+# the daemon's --run-uid/--run-gid default), and /etc/hosts for localhost.
 set -eu
 root=$1
 
@@ -18,6 +20,12 @@ for d in $dirs; do
 done
 
 mkdir -p "$root/etc"
-printf '%s\n' 'root:x:0:0:root:/root:/bin/sh' 'nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin' >"$root/etc/passwd"
-printf '%s\n' 'root:x:0:' 'nogroup:x:65534:' >"$root/etc/group"
-chmod 0644 "$root/etc/passwd" "$root/etc/group"
+printf '%s\n' 'root:x:0:0:root:/root:/bin/sh' 'allox-run:x:2000:2000:Allox sandboxed runs:/nonexistent:/usr/sbin/nologin' \
+	'nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin' >"$root/etc/passwd"
+printf '%s\n' 'root:x:0:' 'shadow:x:42:' 'allox-run:x:2000:' 'nogroup:x:65534:' >"$root/etc/group"
+printf '%s\n' 'root:*:0:0:99999:7:::' 'allox-run:*:0:0:99999:7:::' 'nobody:*:0:0:99999:7:::' >"$root/etc/shadow"
+printf '%s\n' 'root:*::' 'shadow:*::' 'allox-run:!::' 'nogroup:*::' >"$root/etc/gshadow"
+printf '%s\n' '127.0.0.1 localhost' '::1 localhost ip6-localhost ip6-loopback' >"$root/etc/hosts"
+chmod 0644 "$root/etc/passwd" "$root/etc/group" "$root/etc/hosts"
+chown 0:42 "$root/etc/shadow" "$root/etc/gshadow"
+chmod 0640 "$root/etc/shadow" "$root/etc/gshadow"

@@ -129,9 +129,14 @@ func guardRuns(cfg daemon.Config, runs *tracked.Manager, ports []uint16) (system
 	uid, gid := runs.Identity()
 	sb := system.Sandbox{RunUID: uid, RunGID: gid, GuardedPorts: g.Ports(), ManagedExecution: cfg.ManagedExecution}
 	for _, r := range seccomp.Rules() {
-		if r.Action != seccomp.Allow {
-			sb.Seccomp = append(sb.Seccomp, system.SeccompRule{Syscall: r.Syscall, Number: r.Number(), When: r.When(), Errno: r.Action.String()})
+		if r.Action == seccomp.Allow {
+			continue
 		}
+		row := system.SeccompRule{Syscall: r.Syscall, Number: r.Number(), When: r.When(), Errno: r.Action.String()}
+		for _, a := range r.Args {
+			row.Args = append(row.Args, system.SeccompArg{Index: a.Index, Op: a.Op.String(), Value: a.Value})
+		}
+		sb.Seccomp = append(sb.Seccomp, row)
 	}
 	return sb, nil
 }

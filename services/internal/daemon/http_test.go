@@ -181,7 +181,7 @@ func TestSystemInfo(t *testing.T) {
 			Cgroup: rpc.CgroupInfo{Version: 0, Controllers: []string{}, SubtreeControl: []string{}}, // Statfs says btrfs, not cgroup2
 			BootID: "b00710d0-0000-4000-8000-000000000000",
 			Sandbox: rpc.SandboxInfo{RunUID: 2000, RunGID: 2001, GuardedPorts: []uint16{8092, 8093}, ManagedExecution: true,
-				Seccomp: []rpc.SeccompRule{{Syscall: "bpf", Number: 321, When: "always", Errno: "EPERM"}}},
+				Seccomp: []rpc.SeccompRule{{Syscall: "bpf", Number: 321, When: "always", Args: []rpc.SeccompArg{}, Errno: "EPERM"}}},
 		}
 		if diff := cmp.Diff(want, got); diff != "" {
 			t.Errorf("system.info mismatch (-want +got):\n%s", diff)

@@ -79,7 +79,11 @@ func nonNil[T any](s []T) []T {
 func seccompRules(rs []system.SeccompRule) []rpc.SeccompRule {
 	out := make([]rpc.SeccompRule, 0, len(rs))
 	for _, r := range rs {
-		out = append(out, rpc.SeccompRule{Syscall: r.Syscall, Number: r.Number, When: r.When, Errno: r.Errno})
+		args := make([]rpc.SeccompArg, 0, len(r.Args))
+		for _, a := range r.Args {
+			args = append(args, rpc.SeccompArg{Index: a.Index, Op: a.Op, Value: a.Value})
+		}
+		out = append(out, rpc.SeccompRule{Syscall: r.Syscall, Number: r.Number, When: r.When, Args: args, Errno: r.Errno})
 	}
 	return out
 }

@@ -30,7 +30,16 @@ type SeccompRule struct {
 	Syscall string
 	Number  int
 	When    string
+	Args    []SeccompArg // all must hold; none: every call
 	Errno   string
+}
+
+// SeccompArg is one condition on a call's argument: Op is "eq32" (its low 32 bits equal
+// Value), "any_bit" (it has a bit of Value set) or "ne" (it differs from Value).
+type SeccompArg struct {
+	Index int
+	Op    string
+	Value uint64
 }
 
 // Sandbox is the boundary of the daemon's runs, as the daemon set it up (zero with --system-only).
