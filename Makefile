@@ -55,7 +55,7 @@ bench: image
 	ALLOX_OUT=$(abspath $(OUT)) $(GO) test -run '^$$' -bench . -benchtime 1x -timeout 60m ./qemu-tests/
 	STORE_BENCH_FILES=1000,10000,100000 $(GO) test -run '^$$' -bench . -benchtime 30x -timeout 60m ./services/internal/store/
 	$(GO) test -run '^$$' -bench . -benchtime 300x ./services/internal/tracked/
-	$(GO) test -run '^$$' -bench . -benchtime 30x ./services/workspace-daemon/
+	$(GO) test -run '^$$' -bench . -benchtime 200x ./services/workspace-daemon/
 	$(GO) test -run '^$$' -bench SpawnStorm -benchtime 5x ./services/internal/proctree/
 	$(GO) test -run '^$$' -bench Overhead -benchtime 10x ./services/internal/effects/lifecycle/
 	$(GO) test -run '^$$' -bench Overhead -benchtime 8x ./services/internal/effects/history/
