@@ -130,12 +130,13 @@ func TestAttackProcAndSys(t *testing.T) {
 	var script strings.Builder
 	for _, p := range maskedProcFiles {
 		if _, err := os.Stat(p); err == nil {
-			script.WriteString(`test -s ` + p + ` && echo "CONTENT ` + p + `"; `)
+			// procfs files report size 0: read them, and look for the mount over them.
+			script.WriteString(`[ "$(head -c 64 ` + p + ` 2>/dev/null | wc -c)" = 0 ] || echo "CONTENT ` + p + `"; grep -q " ` + p + ` " /proc/self/mountinfo || echo "CONTENT unmasked ` + p + `"; `)
 		}
 	}
 	for _, p := range maskedProcDirs {
 		if _, err := os.Stat(p); err == nil {
-			script.WriteString(`ls -A ` + p + ` | grep -q . && echo "CONTENT ` + p + `"; touch ` + p + `/x 2>/dev/null && echo "WROTE ` + p + `"; `)
+			script.WriteString(`ls -A ` + p + ` | grep -q . && echo "CONTENT ` + p + `"; grep -q " ` + p + ` " /proc/self/mountinfo || echo "CONTENT unmasked ` + p + `"; touch ` + p + `/x 2>/dev/null && echo "WROTE ` + p + `"; `)
 		}
 	}
 	script.WriteString(`echo h > /proc/sysrq-trigger 2>/dev/null && echo "WROTE sysrq"; `)
