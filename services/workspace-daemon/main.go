@@ -60,15 +60,17 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	log := slog.New(slog.NewTextHandler(stderr, nil)).With("component", "workspace-daemon")
 	router := daemon.NewRouter()
-	// Domains and plugins register here, explicitly.
-	if err := daemon.RegisterSystem(router, system.New(cfg.Root, system.BuildVersion(version))); err != nil {
-		return err
-	}
+	var ws *workspace.Service
 	if !cfg.SystemOnly {
-		ws, err := openWorkspace(cfg)
-		if err != nil {
+		if ws, err = openWorkspace(cfg); err != nil {
 			return fmt.Errorf("workspace runtime: %w (--system-only serves system.* without it)", err)
 		}
+	}
+	// Domains and plugins register here, explicitly.
+	if err := daemon.RegisterSystemWith(router, system.New(cfg.Root, system.BuildVersion(version)), ws); err != nil {
+		return err
+	}
+	if ws != nil {
 		var hook daemon.RunHook
 		if cfg.Observer {
 			if hook, err = openObserver(cfg, ws, router); err != nil {
@@ -108,8 +110,13 @@ func openWorkspace(cfg daemon.Config) (*workspace.Service, error) {
 	if err != nil {
 		return nil, err
 	}
+	limits, err := workspace.OpenLimits(cfg.State, cfg.SessionLimits, cfg.MaxLimits)
+	if err != nil {
+		return nil, err
+	}
 	runs, err := tracked.NewManager(tracked.Config{CgroupParent: cfg.CgroupParent, Bwrap: cfg.Bwrap,
-		RecordsDir: filepath.Join(cfg.State, "runs"), AllowManaged: cfg.ManagedExecution})
+		RecordsDir: filepath.Join(cfg.State, "runs"), AllowManaged: cfg.ManagedExecution,
+		RunLimits: cfg.RunLimits, SessionLimits: limits.Session, RunsMemoryReserve: cfg.RunsMemoryReserve})
 	if err != nil {
 		return nil, err
 	}
@@ -121,7 +128,7 @@ func openWorkspace(cfg daemon.Config) (*workspace.Service, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &workspace.Service{Store: st, Runs: runs, Fences: fences, Policy: policy, KillOnRollback: cfg.KillOnRollback}, nil
+	return &workspace.Service{Store: st, Runs: runs, Fences: fences, Policy: policy, Limits: limits, KillOnRollback: cfg.KillOnRollback}, nil
 }
 
 // errObserverNotInstalled refuses --observer in a daemon built without the system-effects plugin.

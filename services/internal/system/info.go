@@ -21,6 +21,8 @@ type Info struct {
 	Store   Store
 	Cgroup  Cgroup
 	BootID  string
+	Self    Self
+	Tasks   int
 }
 
 // Kernel is the running kernel as uname(2) reports it.
@@ -69,6 +71,8 @@ func (s *System) Info() (*Info, error) {
 		Store:   Store{Root: s.Root, FSType: FSTypeName(magic)},
 		Cgroup:  cg,
 		BootID:  strings.TrimSpace(string(bootID)),
+		Self:    s.self(),
+		Tasks:   s.tasks(),
 	}, nil
 }
 
