@@ -63,7 +63,16 @@ func (v *service) cgroup() *os.File {
 		return nil
 	}
 	f, err := os.Open(filepath.Join(v.sup.cfg.CgroupDir, v.spec.Name))
+	var st unix.Statfs_t
+	if err == nil {
+		if err = unix.Fstatfs(int(f.Fd()), &st); err == nil && st.Type != unix.CGROUP2_SUPER_MAGIC {
+			err = fmt.Errorf("%s is not on cgroup2", f.Name())
+		}
+	}
 	if err != nil {
+		if f != nil {
+			f.Close()
+		}
 		v.emit(Event{Kind: Warning, Err: fmt.Errorf("own cgroup: %w; running in init's", err)})
 		return nil
 	}
