@@ -51,10 +51,10 @@ func TestResourceLimitsInGuest(t *testing.T) {
 			t.Errorf("session.create limits = %+v, want %+v", s.Limits, want)
 		}
 		// The session's group exists from its first run on; a run also shows its oom_score_adj.
-		if got := b.runIn(ctx, t, "victim", 0, "cat", "/proc/self/oom_score_adj"); got.stdout != strconv.Itoa(info.Limits.RunOOMScoreAdj)+"\n" {
+		if got := b.runIn(ctx, t, "victim", "cat", "/proc/self/oom_score_adj"); got.stdout != strconv.Itoa(info.Limits.RunOOMScoreAdj)+"\n" {
 			t.Errorf("a run's oom_score_adj = %q, want %d", got.stdout, info.Limits.RunOOMScoreAdj)
 		}
-		if got := b.runIn(ctx, t, "victim", 0, "/bin/sh", "-c", "echo -1000 > /proc/self/oom_score_adj"); got.exit == 0 {
+		if got := b.runIn(ctx, t, "victim", "/bin/sh", "-c", "echo -1000 > /proc/self/oom_score_adj"); got.exit == 0 {
 			t.Errorf("a run lowered its own oom_score_adj below the daemon's")
 		}
 		b.call(ctx, t, rpc.ActionSessionGet, map[string]any{"agent_id": "lim", "session_id": "victim"}, &s)
@@ -68,9 +68,9 @@ func TestResourceLimitsInGuest(t *testing.T) {
 
 	t.Run("fork bomb is bounded by pids.max", func(t *testing.T) {
 		tasksBefore := b.tasks(ctx, t)
-		// The bomb churns below pids.max; the main process execs timeout, which ends the run
-		// non-zero after 15 s at the latest (or at once, if its own fork is refused).
-		r := b.startIn(ctx, t, "victim", "/bin/sh", "-c", `b(){ b|b& }; b; exec timeout 15 sleep 1000`)
+		// The bomb churns below pids.max (bwrap's init reaps its orphans, so it outlives the main
+		// process, which execs timeout and exits non-zero); the run's own timeout ends it.
+		r := b.startIn(ctx, t, "victim", 30, "/bin/sh", "-c", `b(){ b|b& }; b; exec timeout 15 sleep 1000`)
 		maxTasks, maxPids := 0, 0
 		for i := 0; i < 5; i++ {
 			maxTasks = max(maxTasks, b.tasks(ctx, t))
@@ -103,11 +103,14 @@ func TestResourceLimitsInGuest(t *testing.T) {
 	})
 
 	t.Run("memory bomb is killed oom_killed", func(t *testing.T) {
-		r := b.startIn(ctx, t, "victim", "/bin/sh", "-c", `head -c 1G /dev/zero | tail`)
+		// tail keeps the last GiB of an endless input in memory: it grows until memory.max.
+		r := b.startIn(ctx, t, "victim", 120, "/bin/sh", "-c", `tail -c 1G /dev/zero; echo "tail exited $?" >&2; exit 3`)
 		took := b.otherSessionWorks(ctx, t, "c-mem")
 		t.Logf("other session during the memory bomb: checkpoint.create + session.rollback %v (quiet: %v)", took, before)
 		r = b.wait(ctx, t, r)
-		t.Logf("memory bomb: %s (%s)", r.State, r.Reason)
+		var stderr rpc.Output
+		b.call(ctx, t, rpc.ActionProcessOutput, map[string]any{"run_id": r.RunID, "stream": "stderr"}, &stderr)
+		t.Logf("memory bomb: %s (%s), exit %v, stderr %q", r.State, r.Reason, r.ExitCode, stderr.Data)
 		if r.State != "oom_killed" {
 			t.Errorf("memory bomb ended %q (%s), want oom_killed", r.State, r.Reason)
 		}
@@ -162,10 +165,11 @@ func (b *booted) tasks(ctx context.Context, t *testing.T) int {
 	return info.Tasks
 }
 
-func (b *booted) startIn(ctx context.Context, t *testing.T, session string, argv ...string) rpc.Run {
+// startIn starts argv in a session with a timeout in seconds.
+func (b *booted) startIn(ctx context.Context, t *testing.T, session string, timeout int, argv ...string) rpc.Run {
 	t.Helper()
 	var r rpc.Run
-	b.call(ctx, t, rpc.ActionProcessStart, map[string]any{"agent_id": "lim", "session_id": session, "argv": argv, "timeout": 120}, &r)
+	b.call(ctx, t, rpc.ActionProcessStart, map[string]any{"agent_id": "lim", "session_id": session, "argv": argv, "timeout": timeout}, &r)
 	return r
 }
 
@@ -176,9 +180,9 @@ func (b *booted) wait(ctx context.Context, t *testing.T, r rpc.Run) rpc.Run {
 }
 
 // runIn runs argv in a session and returns its exit code (-1 without one) and stdout.
-func (b *booted) runIn(ctx context.Context, t *testing.T, session string, _ int, argv ...string) runResult {
+func (b *booted) runIn(ctx context.Context, t *testing.T, session string, argv ...string) runResult {
 	t.Helper()
-	r := b.wait(ctx, t, b.startIn(ctx, t, session, argv...))
+	r := b.wait(ctx, t, b.startIn(ctx, t, session, 120, argv...))
 	res := runResult{exit: -1}
 	if r.ExitCode != nil {
 		res.exit = *r.ExitCode

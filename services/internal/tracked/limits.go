@@ -237,20 +237,23 @@ func (c *cgroups) events(group string) (limitEvents, error) {
 }
 
 // applyEvents turns a run that hit a limit into StateOOMKilled or StatePidsLimit. The OOM killer
-// is decisive: with memory.oom.group the whole run was killed. Refused forks are decisive only for
-// a run that did not succeed (an abnormal exit or a signal); a run that hit pids.max and still
-// exited 0 keeps StateExited, with the count in its reason. killed says the run was killed on
-// request (process.kill, a timeout, a session kill), which a refused fork does not override.
-func applyEvents(st *Status, ev limitEvents, killed bool) {
+// is decisive: with memory.oom.group the whole run was killed. Refused forks are decisive for a run
+// that did not succeed — a non-zero exit, a signal, or its timeout (a fork bomb is bounded, not
+// ended, by pids.max: bwrap's init reaps the bomb's orphans until something kills the run) — but
+// not for one killed on request (process.kill, a session kill), and a run that hit pids.max and
+// still exited 0 keeps StateExited, with the count in its reason.
+func applyEvents(st *Status, ev limitEvents, killReason string) {
+	failed := st.State == StateExited && st.ExitCode != 0 || st.State == StateTimedOut ||
+		st.State == StateKilled && killReason == ""
 	switch {
 	case ev.OOMKills > 0:
 		st.State = StateOOMKilled
 		st.Reason = joinReason(fmt.Sprintf("memory.max reached: %d process(es) killed by the OOM killer, the whole run with them", ev.OOMKills), st.Reason)
-	case ev.PidsLimit > 0 && !killed && (st.State == StateExited && st.ExitCode != 0 || st.State == StateKilled):
+	case ev.PidsLimit > 0 && failed:
 		st.State = StatePidsLimit
 		st.Reason = joinReason(fmt.Sprintf("pids.max reached: %d fork(s) refused", ev.PidsLimit), st.Reason)
-	case ev.PidsLimit > 0 && st.State == StateExited:
-		st.Reason = joinReason(st.Reason, fmt.Sprintf("pids.max reached: %d fork(s) refused, but the run exited 0", ev.PidsLimit))
+	case ev.PidsLimit > 0:
+		st.Reason = joinReason(st.Reason, fmt.Sprintf("pids.max reached: %d fork(s) refused", ev.PidsLimit))
 	}
 }
 

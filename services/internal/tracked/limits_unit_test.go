@@ -136,17 +136,18 @@ func TestApplyEvents(t *testing.T) {
 		name   string
 		st     Status
 		ev     limitEvents
-		killed bool
+		killed string // the run's kill reason
 		want   string
 		reason string
 	}{
-		{"oom", Status{State: StateKilled, Signal: "killed"}, limitEvents{OOMKills: 1}, false, StateOOMKilled, "memory.max reached"},
-		{"oom over a timeout", Status{State: StateTimedOut}, limitEvents{OOMKills: 2}, true, StateOOMKilled, "2 process(es)"},
-		{"fork refused, shell failed", Status{State: StateExited, ExitCode: 2}, limitEvents{PidsLimit: 5}, false, StatePidsLimit, "5 fork(s) refused"},
-		{"fork refused, killed by signal", Status{State: StateKilled, Signal: "killed"}, limitEvents{PidsLimit: 1}, false, StatePidsLimit, "pids.max"},
-		{"fork refused, exited 0", Status{State: StateExited}, limitEvents{PidsLimit: 1}, false, StateExited, "but the run exited 0"},
-		{"fork refused, then process.kill", Status{State: StateKilled}, limitEvents{PidsLimit: 1}, true, StateKilled, ""},
-		{"nothing hit", Status{State: StateExited, ExitCode: 1}, limitEvents{}, false, StateExited, ""},
+		{"oom", Status{State: StateKilled, Signal: "killed"}, limitEvents{OOMKills: 1}, "", StateOOMKilled, "memory.max reached"},
+		{"oom over a timeout", Status{State: StateTimedOut}, limitEvents{OOMKills: 2}, StateTimedOut, StateOOMKilled, "2 process(es)"},
+		{"fork refused, shell failed", Status{State: StateExited, ExitCode: 2}, limitEvents{PidsLimit: 5}, "", StatePidsLimit, "5 fork(s) refused"},
+		{"fork refused, killed by signal", Status{State: StateKilled, Signal: "killed"}, limitEvents{PidsLimit: 1}, "", StatePidsLimit, "pids.max"},
+		{"fork bomb ended by its timeout", Status{State: StateTimedOut, Reason: "timeout reached; run cgroup killed"}, limitEvents{PidsLimit: 9}, StateTimedOut, StatePidsLimit, "9 fork(s) refused; timeout reached"},
+		{"fork refused, exited 0", Status{State: StateExited}, limitEvents{PidsLimit: 1}, "", StateExited, "pids.max reached: 1 fork(s) refused"},
+		{"fork refused, then process.kill", Status{State: StateKilled, Reason: "run cgroup killed"}, limitEvents{PidsLimit: 1}, StateKilled, StateKilled, "run cgroup killed; pids.max"},
+		{"nothing hit", Status{State: StateExited, ExitCode: 1}, limitEvents{}, "", StateExited, ""},
 	} {
 		st := tc.st
 		applyEvents(&st, tc.ev, tc.killed)

@@ -261,7 +261,7 @@ func (m *Manager) supervise(cmd *exec.Cmd, r *run, dir string, req StartRequest)
 	m.mu.Unlock()
 	st.Ended = time.Now().UTC()
 	finish(st, cmd.ProcessState, waitErr, reason, dir)
-	applyEvents(st, events, reason != "")
+	applyEvents(st, events, reason)
 	if evErr != nil {
 		st.Reason = joinReason(st.Reason, "limit events: "+evErr.Error())
 	}
