@@ -103,14 +103,19 @@ func TestResourceLimitsInGuest(t *testing.T) {
 	})
 
 	t.Run("memory bomb is killed oom_killed", func(t *testing.T) {
-		// tail keeps the last GiB of an endless input in memory: it grows until memory.max.
-		r := b.startIn(ctx, t, "victim", 120, "/bin/sh", "-c", `tail -c 1G /dev/zero; echo "tail exited $?" >&2; exit 3`)
+		// tail (busybox's) keeps the last 512 MiB of an endless input in memory: it grows until
+		// memory.max (128 MiB). Less than the guest's RAM, so that the allocation itself succeeds.
+		r := b.startIn(ctx, t, "victim", 120, "/bin/sh", "-c", `tail -c 536870912 /dev/zero; echo "tail exited $?" >&2; exit 3`)
 		took := b.otherSessionWorks(ctx, t, "c-mem")
 		t.Logf("other session during the memory bomb: checkpoint.create + session.rollback %v (quiet: %v)", took, before)
 		r = b.wait(ctx, t, r)
 		var stderr rpc.Output
 		b.call(ctx, t, rpc.ActionProcessOutput, map[string]any{"run_id": r.RunID, "stream": "stderr"}, &stderr)
-		t.Logf("memory bomb: %s (%s), exit %v, stderr %q", r.State, r.Reason, r.ExitCode, stderr.Data)
+		exit := -1
+		if r.ExitCode != nil {
+			exit = *r.ExitCode
+		}
+		t.Logf("memory bomb: %s (%s), exit %d, stderr %q", r.State, r.Reason, exit, stderr.Data)
 		if r.State != "oom_killed" {
 			t.Errorf("memory bomb ended %q (%s), want oom_killed", r.State, r.Reason)
 		}

@@ -327,8 +327,8 @@ func setupFailure(stderrPath string) string {
 }
 
 func joinReason(a, b string) string {
-	if a == "" {
-		return b
+	if a == "" || b == "" {
+		return a + b
 	}
 	return a + "; " + b
 }
