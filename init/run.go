@@ -105,11 +105,14 @@ func (a *app) startServices(m *manifest.Manifest) error {
 	if added {
 		a.log.Info("supervising the kata-agent", "path", supervise.AgentPath)
 	}
+	// Optional steps only warn: a service without its own group runs in init's.
+	_ = boot.Run(context.Background(), a.sys, boot.ServiceGroups(services), a.report)
 	a.sup, err = supervise.New(supervise.Config{
-		Root:    a.sys.Root,
-		LogDir:  a.sys.Path(boot.LogDir),
-		Console: a.console.Lossy(),
-		Notify:  a.event,
+		Root:      a.sys.Root,
+		LogDir:    a.sys.Path(boot.LogDir),
+		Console:   a.console.Lossy(),
+		Notify:    a.event,
+		CgroupDir: a.sys.Path(boot.ServiceCgroupDir),
 	}, a.reaper, services)
 	if err != nil {
 		return err

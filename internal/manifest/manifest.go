@@ -84,6 +84,10 @@ type Service struct {
 	NoFile      uint64 `json:"nofile,omitempty"`
 	// Critical services power the VM off when they exit for good (as Kata's agent unit does).
 	Critical bool `json:"critical,omitempty"`
+	// MemoryMin and MemoryLow (bytes) protect the service's memory: init runs each service in its
+	// own cgroup, /sys/fs/cgroup/system/<name>, with these as memory.min and memory.low.
+	MemoryMin int64 `json:"memory_min,omitempty"`
+	MemoryLow int64 `json:"memory_low,omitempty"`
 }
 
 // Ready says how init knows a service is ready. Exactly one field is set.

@@ -1,5 +1,7 @@
 package rpc
 
+import "github.com/allox-os/allox/internal/limit"
+
 // Built-in actions of the daemon.
 const (
 	// ActionSystemInfo takes no params and returns SystemInfo.
@@ -20,7 +22,11 @@ type SystemInfo struct {
 	Store  StoreInfo  `json:"store"`
 	Cgroup CgroupInfo `json:"cgroup"`
 	// BootID is /proc/sys/kernel/random/boot_id: it changes on every boot.
-	BootID  string      `json:"boot_id"`
+	BootID string `json:"boot_id"`
+	// Tasks is the number of tasks (threads) in the guest, from /proc/loadavg.
+	Tasks int `json:"tasks"`
+	// Limits says which resource limits are in force; absent with --system-only.
+	Limits  *LimitsInfo `json:"limits,omitempty"`
 	Sandbox SandboxInfo `json:"sandbox"`
 }
 
@@ -56,9 +62,36 @@ type SandboxInfo struct {
 	ManagedExecution bool `json:"managed_execution"`
 }
 
-// DaemonInfo describes the running daemon.
+// DaemonInfo describes the running daemon and what protects it from the runs.
 type DaemonInfo struct {
 	Version string `json:"version"`
+	Pid     int    `json:"pid"`
+	// Cgroup is the daemon's own cgroup (from /proc/self/cgroup), e.g. "/system/workspace-daemon";
+	// MemoryMin and MemoryLow are that group's memory.min and memory.low ("" without them).
+	Cgroup      string `json:"cgroup"`
+	MemoryMin   string `json:"memory_min,omitempty"`
+	MemoryLow   string `json:"memory_low,omitempty"`
+	OOMScoreAdj int    `json:"oom_score_adj"`
+}
+
+// LimitsInfo says which session and run limits the daemon applies and which it cannot.
+type LimitsInfo struct {
+	// Controllers are the cgroup controllers delegated to the runs (of cpu, memory, pids).
+	Controllers []string `json:"controllers"`
+	// Enforced are the limits that really apply (of pids_max, memory_max, memory_swap_max,
+	// cpu_weight); Skipped those whose controller or file is missing. Never null.
+	Enforced []string `json:"enforced"`
+	Skipped  []string `json:"skipped"`
+	// SessionDefaults, RunDefaults and Max are the daemon's --session-limits, --run-limits and
+	// --max-limits.
+	SessionDefaults limit.Set `json:"session_defaults"`
+	RunDefaults     limit.Set `json:"run_defaults"`
+	Max             limit.Set `json:"max"`
+	// RunsMemoryMax is the runs' parent group's memory.max: all runs together ("max" when
+	// unbounded, "" without the memory controller).
+	RunsMemoryMax string `json:"runs_memory_max,omitempty"`
+	// RunOOMScoreAdj is every run's oom_score_adj, also its floor.
+	RunOOMScoreAdj int `json:"run_oom_score_adj"`
 }
 
 // ImageInfo names the image, from its manifest.

@@ -1,6 +1,10 @@
 package rpc
 
-import "time"
+import (
+	"time"
+
+	"github.com/allox-os/allox/internal/limit"
+)
 
 // Workspace actions: agents, sessions, checkpoints, tracked processes, fences and turns.
 const (
@@ -60,6 +64,22 @@ type Session struct {
 	LiveRuns        int       `json:"live_runs"`
 	TurnCheckpoints bool      `json:"turn_checkpoints"`
 	Fenced          *Fence    `json:"fenced,omitempty"`
+	// Limits are the session's effective limits (the image's defaults with session.create's
+	// overrides); absent when the daemon applies none.
+	Limits *limit.Set `json:"limits,omitempty"`
+	// CgroupFiles are the session group's limit and usage files as the kernel reports them
+	// ("pids.max", "memory.max", "memory.swap.max", "cpu.weight", "pids.current", "pids.peak",
+	// "memory.current", "memory.peak"); those that do not exist are left out, all of them until
+	// the session's first run.
+	CgroupFiles map[string]string `json:"cgroup_files,omitempty"`
+}
+
+// LimitsParams are session.create's optional limits; each field is optional, sizes in bytes.
+type LimitsParams struct {
+	PidsMax       *int64 `json:"pids_max"`
+	MemoryMax     *int64 `json:"memory_max"`
+	MemorySwapMax *int64 `json:"memory_swap_max"`
+	CPUWeight     *int64 `json:"cpu_weight"`
 }
 
 // Fence says why a session refuses state-changing operations.
@@ -86,7 +106,7 @@ type Run struct {
 	AgentID   string     `json:"agent_id"`
 	SessionID string     `json:"session_id"`
 	Argv      []string   `json:"argv"`
-	State     string     `json:"state"` // running, exited, killed, timed_out, failed
+	State     string     `json:"state"` // running, exited, killed, timed_out, failed, oom_killed, pids_limit
 	ExitCode  *int       `json:"exit_code,omitempty"`
 	Signal    string     `json:"signal,omitempty"`
 	Reason    string     `json:"reason,omitempty"`

@@ -59,11 +59,39 @@ service "workspace-daemon" {
     "--listen", "127.0.0.1:8092",
     "--listen-host", "0.0.0.0:8093",
     "--token-file", "/run/allox/rpc-token",
-    "--observer", "--observer-scope", "/etc/allox/system-effects/scope.json", "--managed-execution",
+    "--observer", "--observer-scope", "/etc/allox/system-effects/scope.json",
   ]
   restart = "always"
+  # The control plane outlives the runs: -997 as Kata gives its agent, and memory.low for its cgroup.
+  oom_score_adj = -997
+  memory_low    = "64MiB"
   ready {
     tcp = "127.0.0.1:8092"
+  }
+  # The runs' resource limits. A session's bound all its runs together; a run's are capped by its
+  # session's; session.create may override the session's within max_limits. All runs together leave
+  # runs_memory_reserve of the guest's memory to init, this daemon and the kata-agent.
+  sandbox {
+    managed_execution = true
+    runs_memory_reserve = "192MiB"
+    session_limits {
+      pids_max        = 4096
+      memory_max      = "4GiB"
+      memory_swap_max = "0"
+      cpu_weight      = 100
+    }
+    run_limits {
+      pids_max        = 1024
+      memory_max      = "2GiB"
+      memory_swap_max = "0"
+      cpu_weight      = 100
+    }
+    max_limits {
+      pids_max        = 16384
+      memory_max      = "16GiB"
+      memory_swap_max = "4GiB"
+      cpu_weight      = 10000
+    }
   }
 }
 

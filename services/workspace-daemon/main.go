@@ -68,14 +68,10 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	}
 	defer ls.Close()
 	router := daemon.NewRouter()
+	var ws *workspace.Service
 	sys := system.New(cfg.Root, system.BuildVersion(version))
-	// Domains and plugins register here, explicitly.
-	if err := daemon.RegisterSystem(router, sys); err != nil {
-		return err
-	}
 	if !cfg.SystemOnly {
-		ws, err := openWorkspace(cfg)
-		if err != nil {
+		if ws, err = openWorkspace(cfg); err != nil {
 			return fmt.Errorf("workspace runtime: %w (--system-only serves system.* without it)", err)
 		}
 		if sys.Sandbox, err = guardRuns(cfg, ws.Runs, ls.Ports()); err != nil {
@@ -85,6 +81,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 			log.LogAttrs(ctx, slog.LevelWarn, "MANAGED EXECUTION ENABLED: process.start with managed: true runs unsandboxed, as root; the VM is its only boundary",
 				slog.String("fix", "drop managed_execution from the image spec's sandbox block unless agents must change the system under the observer"))
 		}
+	}
+	// Domains and plugins register here, explicitly.
+	if err := daemon.RegisterSystemWith(router, sys, ws); err != nil {
+		return err
+	}
+	if ws != nil {
 		var hook daemon.RunHook
 		if cfg.Observer {
 			if hook, err = openObserver(cfg, ws, router); err != nil {
@@ -155,9 +157,14 @@ func openWorkspace(cfg daemon.Config) (*workspace.Service, error) {
 	if err := os.Chmod(cfg.State, 0o711); err != nil {
 		return nil, fmt.Errorf("state dir: %w", err)
 	}
+	limits, err := workspace.OpenLimits(cfg.State, cfg.SessionLimits, cfg.MaxLimits)
+	if err != nil {
+		return nil, err
+	}
 	runs, err := tracked.NewManager(tracked.Config{CgroupParent: cfg.CgroupParent, Bwrap: cfg.Bwrap,
 		RecordsDir: filepath.Join(cfg.State, "runs"), AllowManaged: cfg.ManagedExecution,
-		RunUID: uint32(cfg.RunUID), RunGID: uint32(cfg.RunGID)})
+		RunUID: uint32(cfg.RunUID), RunGID: uint32(cfg.RunGID),
+		RunLimits: cfg.RunLimits, SessionLimits: limits.Session, RunsMemoryReserve: cfg.RunsMemoryReserve})
 	if err != nil {
 		return nil, err
 	}
@@ -169,7 +176,7 @@ func openWorkspace(cfg daemon.Config) (*workspace.Service, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &workspace.Service{Store: st, Runs: runs, Fences: fences, Policy: policy, KillOnRollback: cfg.KillOnRollback}, nil
+	return &workspace.Service{Store: st, Runs: runs, Fences: fences, Policy: policy, Limits: limits, KillOnRollback: cfg.KillOnRollback}, nil
 }
 
 // errObserverNotInstalled refuses --observer in a daemon built without the system-effects plugin.

@@ -13,7 +13,8 @@ import (
 const AgentPath = "/usr/bin/kata-agent"
 
 // Agent is the service init adds for a kata-agent the manifest does not run itself: what Kata's
-// systemd unit gives it (LimitNOFILE=1048576, oom_score_adj -997, FailureAction=poweroff).
+// systemd unit gives it (LimitNOFILE=1048576, oom_score_adj -997, FailureAction=poweroff), and
+// 32 MiB of memory.low, so that the runs' memory pressure reclaims elsewhere first.
 var Agent = manifest.Service{
 	Name:        "kata-agent",
 	Command:     []string{AgentPath},
@@ -21,6 +22,7 @@ var Agent = manifest.Service{
 	OOMScoreAdj: -997,
 	NoFile:      1048576,
 	Critical:    true,
+	MemoryLow:   32 << 20,
 }
 
 // WithAgent appends Agent to services (in start order) when root holds AgentPath and no service

@@ -36,6 +36,10 @@ func (v *service) spawn() (proc *os.Process, exit <-chan unix.WaitStatus, outDon
 		Files: []*os.File{stdin, w, w},
 		Sys:   &syscall.SysProcAttr{Setsid: true},
 	}
+	if group := v.cgroup(); group != nil {
+		defer group.Close()
+		attr.Sys.UseCgroupFD, attr.Sys.CgroupFD = true, int(group.Fd())
+	}
 	_, exit, err = v.sup.reaper.Start(func() (int, error) {
 		p, err := os.StartProcess(path, v.spec.Command, attr)
 		if err != nil {
@@ -51,6 +55,28 @@ func (v *service) spawn() (proc *os.Process, exit <-chan unix.WaitStatus, outDon
 		v.emit(Event{Kind: Warning, PID: proc.Pid, Err: err})
 	}
 	return proc, exit, outDone, nil
+}
+
+// cgroup opens the service's own cgroup, or returns nil (with a warning when one was configured).
+func (v *service) cgroup() *os.File {
+	if v.sup.cfg.CgroupDir == "" {
+		return nil
+	}
+	f, err := os.Open(filepath.Join(v.sup.cfg.CgroupDir, v.spec.Name))
+	var st unix.Statfs_t
+	if err == nil {
+		if err = unix.Fstatfs(int(f.Fd()), &st); err == nil && st.Type != unix.CGROUP2_SUPER_MAGIC {
+			err = fmt.Errorf("%s is not on cgroup2", f.Name())
+		}
+	}
+	if err != nil {
+		if f != nil {
+			f.Close()
+		}
+		v.emit(Event{Kind: Warning, Err: fmt.Errorf("own cgroup: %w; running in init's", err)})
+		return nil
+	}
+	return f
 }
 
 // limit applies NoFile and OOMScoreAdj to the running process. It runs right after exec, before

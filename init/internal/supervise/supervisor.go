@@ -23,6 +23,9 @@ type Config struct {
 	StopTimeout  time.Duration // SIGTERM to SIGKILL, default 5 s
 	Backoff      Backoff       // default DefaultBackoff
 	Notify       func(Event)   // called from many goroutines; nil drops events
+	// CgroupDir, if set, holds one cgroup per service (CgroupDir/<name>), into which its process
+	// is cloned (CLONE_INTO_CGROUP); a missing group only warns, and the service runs in init's.
+	CgroupDir string
 }
 
 // Supervisor runs a fixed list of services.

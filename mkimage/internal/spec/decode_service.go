@@ -16,8 +16,10 @@ var serviceSchema = &hcl.BodySchema{
 		{Name: "oom_score_adj"},
 		{Name: "nofile"},
 		{Name: "critical"},
+		{Name: "memory_min"},
+		{Name: "memory_low"},
 	},
-	Blocks: []hcl.BlockHeaderSchema{{Type: "ready"}},
+	Blocks: []hcl.BlockHeaderSchema{{Type: "ready"}, {Type: "sandbox"}},
 }
 
 var readySchema = &hcl.BodySchema{
@@ -39,6 +41,18 @@ func (d *decoder) decodeService(key string, b *hcl.Block) Service {
 	attr(d, c, key, "oom_score_adj", &s.OOMScoreAdj)
 	attr(d, c, key, "nofile", &s.NoFile)
 	attr(d, c, key, "critical", &s.Critical)
+	for _, m := range []struct {
+		name string
+		dst  *int64
+	}{{"memory_min", &s.MemoryMin}, {"memory_low", &s.MemoryLow}} {
+		var v string
+		if attr(d, c, key, m.name, &v) {
+			*m.dst = d.size(key+"."+m.name, v)
+		}
+	}
+	if sb := d.block(c, b.Body, key+".sandbox", "sandbox", false); sb != nil {
+		s.Sandbox = d.decodeSandbox(key+".sandbox", sb)
+	}
 	if rb := d.block(c, b.Body, key+".ready", "ready", false); rb != nil {
 		s.Ready = &manifest.Ready{}
 		rc := d.content(key+".ready", rb.Body, readySchema)

@@ -95,6 +95,12 @@ func TestManifest(t *testing.T) {
 		FwCfg:    []manifest.FwCfg{{Name: "opt/allox/rpc-token", Path: "/run/allox/rpc-token", Mode: 0o600}},
 		Services: []manifest.Service{img.Services[0].Service},
 	}
+	// The sandbox block is rendered into the daemon's command line, after the hand-written flags.
+	want.Services[0].Command = append(slices.Clone(img.Services[0].Command),
+		"--session-limits=pids_max=4096,memory_max=4294967296,memory_swap_max=0,cpu_weight=100",
+		"--run-limits=pids_max=1024,memory_max=2147483648,memory_swap_max=0,cpu_weight=100",
+		"--max-limits=pids_max=16384,memory_max=17179869184,memory_swap_max=4294967296,cpu_weight=10000",
+		"--runs-memory-reserve=201326592")
 	if diff := cmp.Diff(want, m); diff != "" {
 		t.Errorf("Manifest mismatch (-want +got):\n%s", diff)
 	}
@@ -167,7 +173,12 @@ func TestProcessTreeSpec(t *testing.T) {
 func TestSystemEffectsSpec(t *testing.T) {
 	def, se := loadAppliances(t, "system-effects.hcl")
 	checkPluginAppliance(t, def, se, "system-effects.hcl", []string{PluginSystemEffects},
-		[]string{"--observer", "--observer-scope", ObserverScopeFile, "--managed-execution"})
+		[]string{"--observer", "--observer-scope", ObserverScopeFile})
+	if sb := se.Services[0].Sandbox; sb == nil || !sb.ManagedExecution {
+		t.Errorf("system-effects.hcl must allow managed execution in its sandbox block: %+v", sb)
+	} else {
+		sb.ManagedExecution = false
+	}
 	if diff := cmp.Diff(def, se); diff != "" {
 		t.Errorf("system-effects.hcl drifted from images/allox.hcl beyond the observer (-default +system-effects):\n%s", diff)
 	}

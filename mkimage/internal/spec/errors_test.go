@@ -190,6 +190,33 @@ func TestParseErrors(t *testing.T) {
 		edit: []string{`command = ["/bin/store"]`, `plugins = ["process-tree"]` + "\n  command = [\"/bin/store\"]"},
 		want: []string{`29:13: Plugins without build: plugins are linked in when mkimage builds the service, and service "store" has no build; add build = "./services/store" or remove plugins.`},
 	}, {
+		name: "sandbox flag written into command",
+		edit: []string{`command = ["/bin/daemon"]`, `build   = "./services/workspace-daemon"` + "\n  command = [\"/bin/daemon\", \"--managed-execution\", \"--run-limits=pids_max=5\"]"},
+		want: []string{
+			`33:29: Flag belongs in the sandbox block: --managed-execution is rendered from the service's sandbox block; remove it from command and write sandbox { managed_execution = true } instead.`,
+			`33:52: Flag belongs in the sandbox block: --run-limits=pids_max=5 is rendered from the service's sandbox block; remove it from command and write sandbox { run_limits { ... } } instead.`,
+		},
+	}, {
+		name: "sandbox limits out of range and above the maximum",
+		edit: []string{`command = ["/bin/daemon"]`, `build   = "./services/workspace-daemon"` + "\n  command = [\"/bin/daemon\"]\n  sandbox {\n    session_limits {\n      memory_max = \"8GiB\"\n      cpu_weight = 20000\n    }\n    run_limits {\n      pids_max = 4\n    }\n    max_limits {\n      memory_max = \"4GiB\"\n    }\n  }"},
+		want: []string{
+			`36:20: Default above the maximum: session_limits.memory_max: 8GiB exceeds the maximum 4GiB in max_limits (test.hcl:43,20-26); lower the default or raise max_limits.memory_max.`,
+			`37:20: Limit out of range: session_limits.cpu_weight: 20000 is outside 1..10000 (the kernel's cpu.weight range; 100 is the default).`,
+			`40:18: Limit out of range: run_limits.pids_max: 4 is outside 16..4194304: a sandbox needs at least 16 processes.`,
+		},
+	}, {
+		name: "sandbox size and typo",
+		edit: []string{`command = ["/bin/daemon"]`, `build   = "./services/workspace-daemon"` + "\n  command = [\"/bin/daemon\"]\n  memory_low = \"64MB\"\n  sandbox {\n    runs_memory_reserv = \"1GiB\"\n    run_limits {\n      memory_max = \"2 gigs\"\n    }\n  }"},
+		want: []string{
+			`34:16: Invalid size: a size is bytes or a whole number of KiB, MiB, GiB or TiB, e.g. "512MiB", "4GiB" or "1048576"; got "64MB".`,
+			`36:5: Unsupported argument: An argument named "runs_memory_reserv" is not expected here. Did you mean "runs_memory_reserve"?`,
+			`38:20: Invalid size: a size is bytes or a whole number of KiB, MiB, GiB or TiB, e.g. "512MiB", "4GiB" or "1048576"; got "2 gigs".`,
+		},
+	}, {
+		name: "sandbox block on another service",
+		edit: []string{`command = ["/bin/store"]`, `command = ["/bin/store"]` + "\n  sandbox {\n    managed_execution = true\n  }"},
+		want: []string{`30:3: Sandbox block on another service: a sandbox block configures the workspace daemon's runs (build = "./services/workspace-daemon"); service "store" is not built from it: move the block to the daemon's service block.`},
+	}, {
 		name: "syntax error",
 		edit: []string{`name = "test"`, `name "test"`},
 		want: []string{`1:12: Invalid block definition: A block definition must have block content delimited by "{" and "}", starting on the same line as the block header.`},

@@ -25,7 +25,7 @@ func (img *Image) Manifest() *manifest.Manifest {
 	}
 	for _, s := range img.Services {
 		svc := s.Service
-		svc.Command = slices.Clone(s.Command)
+		svc.Command = append(slices.Clone(s.Command), s.Sandbox.Flags()...)
 		svc.Env = maps.Clone(s.Env)
 		svc.After = slices.Clone(s.After)
 		if s.Ready != nil {

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/allox-os/allox/images"
+	"github.com/allox-os/allox/internal/limit"
 	"github.com/allox-os/allox/internal/manifest"
 	"github.com/google/go-cmp/cmp"
 )
@@ -78,10 +79,18 @@ func wantDefault(t *testing.T) *Image {
 					"--listen-host", "0.0.0.0:8093",
 					"--token-file", "/run/allox/rpc-token",
 				},
-				Restart: "always",
-				Ready:   &manifest.Ready{TCP: "127.0.0.1:8092"},
+				Restart:     "always",
+				Ready:       &manifest.Ready{TCP: "127.0.0.1:8092"},
+				OOMScoreAdj: -997,
+				MemoryLow:   64 << 20,
 			},
 			Build: "./services/workspace-daemon",
+			Sandbox: &Sandbox{
+				RunsMemoryReserve: 192 << 20,
+				SessionLimits:     limit.Set{PidsMax: 4096, MemoryMax: 4 << 30, MemorySwapMax: limit.Int64(0), CPUWeight: 100},
+				RunLimits:         limit.Set{PidsMax: 1024, MemoryMax: 2 << 30, MemorySwapMax: limit.Int64(0), CPUWeight: 100},
+				MaxLimits:         limit.Set{PidsMax: 16384, MemoryMax: 16 << 30, MemorySwapMax: limit.Int64(4 << 30), CPUWeight: 10000},
+			},
 		}},
 		Kata: Kata{
 			BootMode:     "image",

@@ -82,6 +82,9 @@ type Service struct {
 	// Plugins are the optional daemon plugins linked into the binary built from Build, in spec
 	// order, each one of KnownPlugins; mkimage builds with one tag per plugin (see PluginTag).
 	Plugins []string `json:"plugins"`
+	// Sandbox is the workspace daemon's sandbox block (nil when absent); Manifest renders it into
+	// the daemon's command line.
+	Sandbox *Sandbox `json:"sandbox,omitempty"`
 }
 
 // Kata holds the settings the Kata runtime configuration needs.

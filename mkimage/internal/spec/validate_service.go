@@ -65,6 +65,7 @@ func (d *decoder) validateService(key string, s Service, names []string) {
 		d.errorf(key+".oom_score_adj", "Invalid oom_score_adj",
 			"oom_score_adj must be between -1000 and 1000; got %d.", s.OOMScoreAdj)
 	}
+	d.validateSandbox(key, s)
 	d.validateAfter(key, s, names)
 }
 

@@ -16,6 +16,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/allox-os/allox/internal/limit"
 	"github.com/allox-os/allox/services/internal/tracked"
 )
 
@@ -75,6 +76,12 @@ type Config struct {
 	ObserverScope   string
 	ObserverLibexec string
 	ObserverPins    string
+	// SessionLimits are every session's default limits, RunLimits every run's (capped by its
+	// session's), MaxLimits the bound of session.create's overrides; RunsMemoryReserve (bytes) is
+	// what all runs together leave to the control plane (the runs' parent group gets memory.max =
+	// MemTotal minus it). The image spec's sandbox block renders them.
+	SessionLimits, RunLimits, MaxLimits limit.Set
+	RunsMemoryReserve                   int64
 }
 
 // Where the system-effects plugin's programs and their hash pins are installed in the image.
@@ -114,6 +121,16 @@ func ParseFlags(args []string, stderr io.Writer) (Config, error) {
 	fset.StringVar(&c.ObserverScope, "observer-scope", "", "scope `file` of the observer: domains beyond the Session Workspace and shared/ (needs --observer)")
 	fset.StringVar(&c.ObserverLibexec, "observer-libexec", DefaultObserverLibexec, "`directory` of the observer's programs (observe, verifiers, recover)")
 	fset.StringVar(&c.ObserverPins, "observer-pins", DefaultObserverPins, "`file` of sha256 pins (sha256sum format) the observer's programs must match")
+	limitFlag := func(dst *limit.Set) func(string) error {
+		return func(v string) (err error) { *dst, err = limit.Parse(v); return err }
+	}
+	fset.Func("session-limits", "every session's default `limits`, e.g. pids_max=4096,memory_max=4GiB,memory_swap_max=0,cpu_weight=100", limitFlag(&c.SessionLimits))
+	fset.Func("run-limits", "every run's `limits`, capped by its session's, e.g. pids_max=1024,memory_max=2GiB", limitFlag(&c.RunLimits))
+	fset.Func("max-limits", "the highest `limits` session.create may ask for, e.g. pids_max=16384,memory_max=16GiB", limitFlag(&c.MaxLimits))
+	fset.Func("runs-memory-reserve", "`size` all runs together leave to the control plane: the runs' parent cgroup gets memory.max = MemTotal minus it, e.g. 192MiB", func(v string) (err error) {
+		c.RunsMemoryReserve, err = limit.ParseSize(v)
+		return err
+	})
 	if err := fset.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return c, err
@@ -175,6 +192,7 @@ func (c Config) Validate() error {
 	if c.ObserverScope != "" && !c.Observer {
 		errs = append(errs, errors.New("--observer-scope needs --observer: add --observer or drop the scope"))
 	}
+	errs = append(errs, c.validateLimits()...)
 	if err := errors.Join(errs...); err != nil {
 		return usageError{err}
 	}
@@ -206,4 +224,28 @@ func parsePorts(v string) ([]uint16, error) {
 		ports = append(ports, uint16(n))
 	}
 	return ports, nil
+
+}
+
+// validateLimits checks each limit flag's ranges and that the defaults stay within --max-limits.
+func (c Config) validateLimits() []error {
+	var errs []error
+	for _, f := range []struct {
+		flag string
+		set  limit.Set
+	}{{"--session-limits", c.SessionLimits}, {"--run-limits", c.RunLimits}, {"--max-limits", c.MaxLimits}} {
+		for _, e := range f.set.Check() {
+			errs = append(errs, fmt.Errorf("%s %s", f.flag, e))
+		}
+		if f.flag == "--max-limits" {
+			continue
+		}
+		for _, e := range f.set.Within(c.MaxLimits) {
+			errs = append(errs, fmt.Errorf("%s %s of --max-limits: lower the default or raise the maximum", f.flag, e))
+		}
+	}
+	if c.RunsMemoryReserve < 0 {
+		errs = append(errs, fmt.Errorf("--runs-memory-reserve %d is negative: give a size such as 192MiB, or 0 for no reserve", c.RunsMemoryReserve))
+	}
+	return errs
 }

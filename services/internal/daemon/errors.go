@@ -24,7 +24,8 @@ func rpcError(err error) *rpc.Error {
 		return re
 	case errors.Is(err, system.ErrNoKernelConfig), errors.Is(err, system.ErrNotUnderInit), errors.Is(err, tracker.ErrUnsupported):
 		code = rpc.CodeUnsupported
-	case errors.Is(err, store.ErrInvalidID), errors.Is(err, tracked.ErrInvalid), errors.Is(err, tracker.ErrInvalid):
+	case errors.Is(err, store.ErrInvalidID), errors.Is(err, tracked.ErrInvalid), errors.Is(err, tracker.ErrInvalid),
+		errors.Is(err, workspace.ErrInvalidLimits):
 		code = rpc.CodeInvalidParams
 	case errors.Is(err, store.ErrNotFound), errors.Is(err, tracked.ErrNotFound), errors.Is(err, tracker.ErrNotFound):
 		code = rpc.CodeNotFound
@@ -38,6 +39,7 @@ func rpcError(err error) *rpc.Error {
 	var se *store.Error
 	var te *tracked.InvalidError
 	var ke *tracker.InvalidError
+	var le *workspace.LimitError
 	switch {
 	case errors.As(err, &se) && se.Field != "":
 		out.Field = "params." + se.Field
@@ -45,6 +47,8 @@ func rpcError(err error) *rpc.Error {
 		out.Field = "params." + te.Field
 	case errors.As(err, &ke) && ke.Field != "":
 		out.Field = "params." + ke.Field
+	case errors.As(err, &le):
+		out.Field = "params." + le.Field
 	}
 	return out
 }

@@ -175,7 +175,7 @@ func TestSystemInfo(t *testing.T) {
 			t.Fatal(err)
 		}
 		want := rpc.SystemInfo{
-			Daemon: rpc.DaemonInfo{Version: "v0.0.0-test"},
+			Daemon: rpc.DaemonInfo{Version: "v0.0.0-test", Pid: os.Getpid()},
 			Kernel: rpc.KernelInfo{Release: "6.18.2", Version: "#1", Machine: "x86_64"},
 			Store:  rpc.StoreInfo{Root: ts.sys.Root, FSType: "btrfs"},
 			Cgroup: rpc.CgroupInfo{Version: 0, Controllers: []string{}, SubtreeControl: []string{}}, // Statfs says btrfs, not cgroup2

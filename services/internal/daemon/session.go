@@ -2,21 +2,31 @@ package daemon
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
+	"strings"
 
+	"github.com/allox-os/allox/internal/limit"
 	"github.com/allox-os/allox/internal/rpc"
 	"github.com/allox-os/allox/services/internal/store"
+	"github.com/allox-os/allox/services/internal/workspace"
 )
 
 func (h workspaceHandlers) sessionCreate(_ context.Context, c *Call) (any, error) {
 	var p struct {
-		AgentID         string `json:"agent_id"`
-		SessionID       string `json:"session_id"`
-		TurnCheckpoints *bool  `json:"turn_checkpoints"`
+		AgentID         string          `json:"agent_id"`
+		SessionID       string          `json:"session_id"`
+		TurnCheckpoints *bool           `json:"turn_checkpoints"`
+		Limits          json.RawMessage `json:"limits"`
 	}
 	if err := rpc.DecodeParams(c.Params, &p); err != nil {
 		return nil, err
 	}
-	s, err := h.w.CreateSession(p.AgentID, p.SessionID, p.TurnCheckpoints)
+	limits, err := limitsParam(p.Limits)
+	if err != nil {
+		return nil, err
+	}
+	s, err := h.w.CreateSessionWith(p.AgentID, p.SessionID, workspace.SessionOptions{TurnCheckpoints: p.TurnCheckpoints, Limits: limits})
 	if err != nil {
 		return nil, err
 	}
@@ -119,5 +129,46 @@ func (h workspaceHandlers) session(s *store.Session) rpc.Session {
 	if f, ok := h.w.Fences.Get(s.AgentID, s.ID); ok {
 		out.Fenced = &rpc.Fence{Reason: f.Reason, Evidence: f.Evidence, Since: f.Since}
 	}
+	if h.w.Limits != nil {
+		if l, err := h.w.Limits.Session(s.AgentID, s.ID); err == nil {
+			out.Limits = &l
+		}
+	}
+	if files := h.w.Runs.GroupFiles(s.AgentID, s.ID, ""); len(files) > 0 {
+		out.CgroupFiles = files
+	}
 	return out
+}
+
+// limitsParam decodes session.create's limits into a limit.Set; an unknown key, a value of the
+// wrong type and a 0 where 0 is no limit are refused, naming the field ("params.limits.pids_max").
+func limitsParam(raw json.RawMessage) (limit.Set, error) {
+	var s limit.Set
+	if len(raw) == 0 || string(raw) == "null" {
+		return s, nil
+	}
+	p := &rpc.LimitsParams{}
+	if err := rpc.DecodeParams(raw, p); err != nil {
+		var re *rpc.Error
+		if errors.As(err, &re) {
+			re.Field = "params.limits" + strings.TrimPrefix(re.Field, "params")
+			re.Message = "params.limits: " + strings.ReplaceAll(re.Message, "params.", "params.limits.")
+		}
+		return s, err
+	}
+	for _, f := range []struct {
+		name string
+		v    *int64
+		dst  *int64
+	}{{limit.PidsMax, p.PidsMax, &s.PidsMax}, {limit.MemoryMax, p.MemoryMax, &s.MemoryMax}, {limit.CPUWeight, p.CPUWeight, &s.CPUWeight}} {
+		if f.v == nil {
+			continue
+		}
+		if *f.v == 0 {
+			return s, rpc.Errorf(rpc.CodeInvalidParams, "params.limits."+f.name, "params.limits.%s: 0 is not a limit; leave %s out for the image's default", f.name, f.name)
+		}
+		*f.dst = *f.v
+	}
+	s.MemorySwapMax = p.MemorySwapMax
+	return s, nil
 }

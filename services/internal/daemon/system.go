@@ -3,14 +3,22 @@ package daemon
 import (
 	"context"
 	"errors"
+	"slices"
 
+	"github.com/allox-os/allox/internal/limit"
 	"github.com/allox-os/allox/internal/rpc"
 	"github.com/allox-os/allox/services/internal/system"
+	"github.com/allox-os/allox/services/internal/tracked"
+	"github.com/allox-os/allox/services/internal/workspace"
 )
 
 // RegisterSystem registers the system.* actions backed by s.
-func RegisterSystem(r *Router, s *system.System) error {
-	h := systemHandlers{s}
+func RegisterSystem(r *Router, s *system.System) error { return RegisterSystemWith(r, s, nil) }
+
+// RegisterSystemWith registers the system.* actions backed by s; system.info also reports the
+// limits in force in ws (nil with --system-only).
+func RegisterSystemWith(r *Router, s *system.System, ws *workspace.Service) error {
+	h := systemHandlers{s, ws}
 	return errors.Join(
 		r.Register(rpc.ActionSystemInfo, Action{Handler: h.info}),
 		r.Register(rpc.ActionSystemKernelConfig, Action{Handler: h.kernelConfig}),
@@ -18,7 +26,10 @@ func RegisterSystem(r *Router, s *system.System) error {
 	)
 }
 
-type systemHandlers struct{ sys *system.System }
+type systemHandlers struct {
+	sys *system.System
+	ws  *workspace.Service
+}
 
 func (h systemHandlers) info(_ context.Context, c *Call) (any, error) {
 	if err := rpc.DecodeParams(c.Params, &struct{}{}); err != nil {
@@ -29,7 +40,8 @@ func (h systemHandlers) info(_ context.Context, c *Call) (any, error) {
 		return nil, err
 	}
 	res := &rpc.SystemInfo{
-		Daemon: rpc.DaemonInfo{Version: info.Version},
+		Daemon: rpc.DaemonInfo{Version: info.Version, Pid: info.Self.Pid, Cgroup: info.Self.Cgroup,
+			MemoryMin: info.Self.MemoryMin, MemoryLow: info.Self.MemoryLow, OOMScoreAdj: info.Self.OOMScoreAdj},
 		Kernel: rpc.KernelInfo{Release: info.Kernel.Release, Version: info.Kernel.Version, Machine: info.Kernel.Machine},
 		Store:  rpc.StoreInfo{Root: info.Store.Root, FSType: info.Store.FSType},
 		Cgroup: rpc.CgroupInfo{Version: info.Cgroup.Version, Controllers: info.Cgroup.Controllers, SubtreeControl: info.Cgroup.SubtreeControl},
@@ -37,6 +49,8 @@ func (h systemHandlers) info(_ context.Context, c *Call) (any, error) {
 		Sandbox: rpc.SandboxInfo{RunUID: info.Sandbox.RunUID, RunGID: info.Sandbox.RunGID,
 			Seccomp: seccompRules(info.Sandbox.Seccomp), GuardedPorts: nonNil(info.Sandbox.GuardedPorts),
 			ManagedExecution: info.Sandbox.ManagedExecution},
+		Tasks:  info.Tasks,
+		Limits: limitsInfo(h.ws),
 	}
 	if info.Image != nil {
 		res.Image = &rpc.ImageInfo{Name: info.Image.Name, Version: info.Image.Version}
@@ -84,6 +98,30 @@ func seccompRules(rs []system.SeccompRule) []rpc.SeccompRule {
 			args = append(args, rpc.SeccompArg{Index: a.Index, Op: a.Op, Value: a.Value})
 		}
 		out = append(out, rpc.SeccompRule{Syscall: r.Syscall, Number: r.Number, When: r.When, Args: args, Errno: r.Errno})
+	}
+	return out
+}
+
+// limitsInfo reports which limits ws applies; nil without a workspace runtime.
+func limitsInfo(ws *workspace.Service) *rpc.LimitsInfo {
+	if ws == nil || ws.Runs == nil {
+		return nil
+	}
+	out := &rpc.LimitsInfo{Controllers: ws.Runs.Controllers(), Enforced: ws.Runs.Enforced(), Skipped: []string{},
+		RunDefaults: ws.Runs.RunLimits(), RunsMemoryMax: ws.Runs.RunsMemoryMax(), RunOOMScoreAdj: tracked.RunOOMScoreAdj}
+	if out.Controllers == nil {
+		out.Controllers = []string{}
+	}
+	if out.Enforced == nil {
+		out.Enforced = []string{}
+	}
+	for _, f := range limit.Fields {
+		if !slices.Contains(out.Enforced, f) {
+			out.Skipped = append(out.Skipped, f)
+		}
+	}
+	if ws.Limits != nil {
+		out.SessionDefaults, out.Max = ws.Limits.Defaults, ws.Limits.Max
 	}
 	return out
 }

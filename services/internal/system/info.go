@@ -21,6 +21,8 @@ type Info struct {
 	Store   Store
 	Cgroup  Cgroup
 	BootID  string
+	Self    Self
+	Tasks   int
 	Sandbox Sandbox
 }
 
@@ -96,6 +98,8 @@ func (s *System) Info() (*Info, error) {
 		Store:   Store{Root: s.Root, FSType: FSTypeName(magic)},
 		Cgroup:  cg,
 		BootID:  strings.TrimSpace(string(bootID)),
+		Self:    s.self(),
+		Tasks:   s.tasks(),
 		Sandbox: s.Sandbox,
 	}, nil
 }

@@ -79,6 +79,7 @@ func TestInfo(t *testing.T) {
 		Store:   Store{Root: s.Root, FSType: "btrfs"},
 		Cgroup:  Cgroup{Version: 2, Controllers: []string{"cpuset", "cpu", "io", "memory", "pids"}, SubtreeControl: []string{"cpu", "memory"}},
 		BootID:  "0f6c0c3e-3f5c-4c0e-9a53-1d0c2b7f7a10",
+		Self:    Self{Pid: os.Getpid()},
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("Info mismatch (-want +got):\n%s", diff)
@@ -190,5 +191,30 @@ func TestInfoRealHost(t *testing.T) {
 		if got.Cgroup.Version != 2 {
 			t.Errorf("Cgroup.Version = %d on a cgroup2 host, want 2", got.Cgroup.Version)
 		}
+	}
+}
+
+func TestSelfAndTasks(t *testing.T) {
+	proc, sys := t.TempDir(), t.TempDir()
+	for p, v := range map[string]string{
+		proc + "/self/cgroup":                                 "0::/system/workspace-daemon\n",
+		proc + "/self/oom_score_adj":                          "-997\n",
+		proc + "/loadavg":                                     "0.10 0.20 0.30 2/137 4242\n",
+		sys + "/fs/cgroup/system/workspace-daemon/memory.low": "67108864\n",
+	} {
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(v), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s := &System{ProcDir: proc, SysDir: sys}
+	me := s.self()
+	if me.Cgroup != "/system/workspace-daemon" || me.MemoryLow != "67108864" || me.MemoryMin != "" || me.OOMScoreAdj != -997 || me.Pid != os.Getpid() {
+		t.Errorf("self = %+v", me)
+	}
+	if n := s.tasks(); n != 137 {
+		t.Errorf("tasks = %d, want 137", n)
 	}
 }

@@ -18,7 +18,7 @@ type cgroups struct {
 	mount       string
 	parent      string          // group path, e.g. "/allox"
 	controllers map[string]bool // available in the parent
-	limits      Limits
+	limits      limitConfig
 }
 
 func newCgroups(cfg *Config) (*cgroups, error) {
@@ -30,9 +30,13 @@ func newCgroups(cfg *Config) (*cgroups, error) {
 	if err != nil {
 		return nil, fmt.Errorf("cgroup parent: %w", err)
 	}
-	c := &cgroups{mount: cfg.CgroupMount, parent: parent, controllers: map[string]bool{}, limits: cfg.Limits}
+	c := &cgroups{mount: cfg.CgroupMount, parent: parent, controllers: map[string]bool{},
+		limits: limitConfig{run: cfg.RunLimits, session: cfg.SessionLimits}}
 	for _, name := range strings.Fields(string(avail)) {
 		c.controllers[name] = true
+	}
+	if err := c.reserve(cfg.RunsMemoryReserve); err != nil {
+		return nil, err
 	}
 	return c, nil
 }
@@ -44,22 +48,20 @@ func (c *cgroups) group(ids ...string) string {
 
 func (c *cgroups) path(group string) string { return filepath.Join(c.mount, group) }
 
-// resources returns the configured limits whose controller is available.
-func (c *cgroups) resources() *cgroup2.Resources {
-	r := &cgroup2.Resources{}
-	if c.limits.MemoryMax > 0 && c.controllers["memory"] {
-		r.Memory = &cgroup2.Memory{Max: &c.limits.MemoryMax}
-	}
-	if c.limits.PidsMax > 0 && c.controllers["pids"] {
-		r.Pids = &cgroup2.Pids{Max: c.limits.PidsMax}
-	}
-	return r
-}
-
-// create makes the run group and returns an O_PATH directory fd for
-// clone3(CLONE_INTO_CGROUP). The caller closes it.
+// create makes the run group — and its agent and session groups, with the controllers enabled down
+// the tree and the session's limits — writes the run's limits and returns an O_PATH directory fd
+// for clone3(CLONE_INTO_CGROUP). The caller closes it.
 func (c *cgroups) create(group string) (*os.File, error) {
-	if _, err := cgroup2.NewManager(c.mount, group, c.resources()); err != nil {
+	agent, session, ok := c.split(group)
+	if !ok {
+		return nil, fmt.Errorf("BUG: %s is not a run group below %s", group, c.parent)
+	}
+	sess, err := c.session(agent, session)
+	if err != nil {
+		return nil, err
+	}
+	if err := c.setup(group, sess, c.runLimits(sess)); err != nil {
+		_ = os.Remove(c.path(group))
 		return nil, err
 	}
 	f, err := os.Open(c.path(group))
@@ -68,6 +70,16 @@ func (c *cgroups) create(group string) (*os.File, error) {
 		return nil, err
 	}
 	return f, nil
+}
+
+// split returns the agent and session of a run group <parent>/<agent>/<session>/<run>.
+func (c *cgroups) split(group string) (agent, session string, ok bool) {
+	rel, ok := strings.CutPrefix(group, c.parent+"/")
+	parts := strings.Split(rel, "/")
+	if !ok || len(parts) != 3 {
+		return "", "", false
+	}
+	return parts[0], parts[1], true
 }
 
 // kill writes cgroup.kill: every process in the group and its descendants

@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/allox-os/allox/internal/limit"
 	"github.com/allox-os/allox/services/internal/seccomp"
 	"golang.org/x/sys/unix"
 )
@@ -22,7 +23,14 @@ type Config struct {
 	SystemDirs     []string // read-only binds; nil = /usr /bin /sbin /lib /lib64 /etc (those that exist)
 	SharedWritable bool     // bind shared/ writable; default read-only
 	UnshareNet     bool     // private network namespace (loopback only); default shares the guest's
-	Limits         Limits   // per-run limits, applied only where the controller exists
+	// RunLimits are every run's limits, capped by its session's; SessionLimits returns a session's
+	// own limits (nil: none), asked whenever a run group is made. Each limit applies only where
+	// its controller exists (see Manager.Enforced).
+	RunLimits     limit.Set
+	SessionLimits func(agent, session string) (limit.Set, error)
+	// RunsMemoryReserve, if > 0, sets the parent group's memory.max to MemTotal minus it: all runs
+	// together leave that much to the control plane.
+	RunsMemoryReserve int64
 	// AllowManaged permits StartRequest.Managed runs (the daemon's --managed-execution).
 	AllowManaged bool
 	// RunUID and RunGID are the unprivileged identity of every sandboxed run, in the initial user
@@ -34,13 +42,6 @@ type Config struct {
 	Seccomp []byte
 
 	procMasks []string // bwrap's /proc masks for this kernel, computed once
-}
-
-// Limits are optional per-run cgroup limits. Zero means unlimited. A limit
-// whose controller is not available (e.g. a hybrid host) is skipped.
-type Limits struct {
-	MemoryMax int64
-	PidsMax   int64
 }
 
 const defaultMaxOutput = 16 << 20

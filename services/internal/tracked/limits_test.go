@@ -6,6 +6,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/allox-os/allox/internal/limit"
 )
 
 func TestStdinEnvCwd(t *testing.T) {
@@ -26,19 +28,27 @@ func TestStdinEnvCwd(t *testing.T) {
 // TestLimitsOptional: limits apply where the controller exists (the guest)
 // and are skipped without failing the run where it does not (a hybrid host).
 func TestLimitsOptional(t *testing.T) {
-	e := newEnv(t, func(c *Config) { c.Limits = Limits{MemoryMax: 256 << 20, PidsMax: 128} })
+	e := newEnv(t, func(c *Config) {
+		c.RunLimits = limit.Set{MemoryMax: 256 << 20, PidsMax: 128, CPUWeight: 50}
+		c.SessionLimits = func(agent, session string) (limit.Set, error) {
+			return limit.Set{MemoryMax: 128 << 20, PidsMax: 512}, nil
+		}
+	})
 	st, err := e.m.Start(context.Background(), e.req("s1", "sleep", "100"))
 	if err != nil {
 		t.Fatalf("Start with limits: %v", err)
 	}
 	waitProcs(t, st.Cgroup, 3)
-	for ctrl, file := range map[string]string{"memory": "memory.max", "pids": "pids.max"} {
+	enforced := e.m.Enforced()
+	t.Logf("limits in force at %s: %v", e.cfg.CgroupMount, enforced)
+	for ctrl, file := range map[string]string{"memory": "memory.max", "pids": "pids.max", "cpu": "cpu.weight"} {
 		b, err := os.ReadFile(filepath.Join(st.Cgroup, file))
 		if !e.m.cg.controllers[ctrl] {
 			t.Logf("%s controller not available at %s: limit skipped", ctrl, e.cfg.CgroupMount)
 			continue
 		}
-		want := map[string]string{"memory": "268435456", "pids": "128"}[ctrl]
+		// memory is capped by the session (128 MiB < 256 MiB), pids is the run's own.
+		want := map[string]string{"memory": "134217728", "pids": "128", "cpu": "50"}[ctrl]
 		if err != nil || strings.TrimSpace(string(b)) != want {
 			t.Errorf("%s = %q, %v; want %s", file, b, err, want)
 		}
@@ -46,5 +56,16 @@ func TestLimitsOptional(t *testing.T) {
 	must(t, e.m.Kill(st.RunID))
 	if st, err = e.m.Wait(context.Background(), st.RunID); err != nil || st.State != StateKilled {
 		t.Errorf("after Kill: %+v, %v", st, err)
+	}
+}
+
+// TestRunCannotLowerOOMScoreAdj: a run starts at RunOOMScoreAdj, written by the daemon, and cannot
+// go below it — in particular not to the daemon's own protected value.
+func TestRunCannotLowerOOMScoreAdj(t *testing.T) {
+	e := newEnv(t, nil)
+	st := e.run(t, e.req("s1", "/bin/sh", "-c", `cat /proc/self/oom_score_adj; echo -997 > /proc/self/oom_score_adj && echo lowered; cat /proc/self/oom_score_adj`))
+	out := e.output(t, st.RunID, "stdout")
+	if out != "500\n500\n" {
+		t.Errorf("stdout = %q (stderr %q), want 500 twice and no \"lowered\"", out, e.output(t, st.RunID, "stderr"))
 	}
 }

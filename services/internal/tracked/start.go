@@ -60,6 +60,11 @@ func (m *Manager) Start(ctx context.Context, req StartRequest) (*Status, error) 
 		return nil, fmt.Errorf("%w: start bwrap: %w", ErrSandbox, err)
 	}
 	r.st.Pid = cmd.Process.Pid
+	if err := m.cg.oomScoreAdj(r.group, RunOOMScoreAdj); err != nil {
+		release.Close()
+		_ = os.RemoveAll(dir)
+		return nil, fmt.Errorf("%w: %w", ErrSandbox, m.abandon(cmd, r.group, err))
+	}
 	if err := m.admit(id, cmd, r, req.Observer); err != nil {
 		release.Close()
 		_ = os.RemoveAll(dir)
@@ -356,6 +361,7 @@ func (m *Manager) supervise(cmd *exec.Cmd, r *run, dir string, req StartRequest)
 	ctx, cancel := context.WithTimeout(context.Background(), killGrace)
 	killErr := m.cg.killWait(ctx, r.group)
 	cancel()
+	events, evErr := m.cg.events(r.group)
 
 	m.mu.Lock()
 	st := r.st.clone()
@@ -363,6 +369,10 @@ func (m *Manager) supervise(cmd *exec.Cmd, r *run, dir string, req StartRequest)
 	m.mu.Unlock()
 	st.Ended = time.Now().UTC()
 	finish(st, cmd.ProcessState, waitErr, reason, dir)
+	applyEvents(st, events, reason)
+	if evErr != nil {
+		st.Reason = joinReason(st.Reason, "limit events: "+evErr.Error())
+	}
 	if residueErr != nil {
 		st.Reason = joinReason(st.Reason, "observer: "+residueErr.Error())
 	}
@@ -426,8 +436,8 @@ func setupFailure(stderrPath string) string {
 }
 
 func joinReason(a, b string) string {
-	if a == "" {
-		return b
+	if a == "" || b == "" {
+		return a + b
 	}
 	return a + "; " + b
 }

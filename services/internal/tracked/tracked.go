@@ -22,10 +22,19 @@
 //     and closes runs it finds recorded as running.
 //   - shared/ is bound read-only unless Config.SharedWritable: current/ is
 //     the only writable tree by default, since shared/ is outside rollback.
-//   - Limits (Config.Limits) apply only where the controller is available
-//     in the parent group; on a cgroup-hybrid host (no memory/pids in v2)
-//     they are skipped, while cgroup.kill-based tracking still works. A group
-//     that cannot be created fails the run (ErrSandbox).
+//   - Limits: pids.max, memory.max, memory.swap.max and cpu.weight on the
+//     session group (Config.SessionLimits, bounding all its runs together)
+//     and on each run group (Config.RunLimits capped by the session's), with
+//     cpu, memory and pids enabled down the tree and memory.oom.group on the
+//     run, so an OOM kills the whole run. A run that hit a limit ends
+//     StateOOMKilled or StatePidsLimit. Limits apply only where the
+//     controller is available in the parent group (Manager.Enforced); on a
+//     cgroup-hybrid host (no memory/pids in v2) they are skipped, while
+//     cgroup.kill-based tracking still works. A group that cannot be created
+//     or limited fails the run (ErrSandbox).
+//   - Runs start with oom_score_adj RunOOMScoreAdj, written by the daemon
+//     (so that is also their floor): they are the OOM killer's first choice
+//     and cannot lower it to the daemon's protected value.
 //   - The network namespace is shared unless Config.UnshareNet; per-session
 //     networking is a plugin's concern.
 //
@@ -68,6 +77,12 @@ const (
 	StateKilled   = "killed"
 	StateTimedOut = "timed_out"
 	StateFailed   = "failed"
+	// StateOOMKilled: the run's memory.events counted an OOM kill (memory.max of the run, its
+	// session or all runs together); with memory.oom.group the whole run was killed.
+	StateOOMKilled = "oom_killed"
+	// StatePidsLimit: pids.max refused a fork of the run and the run then failed (exited non-zero
+	// or died of a signal).
+	StatePidsLimit = "pids_limit"
 )
 
 // Workspace holds absolute host paths from the store.

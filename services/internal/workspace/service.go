@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"sync"
 
+	"github.com/allox-os/allox/internal/limit"
 	"github.com/allox-os/allox/services/internal/fence"
 	"github.com/allox-os/allox/services/internal/store"
 	"github.com/allox-os/allox/services/internal/tracked"
@@ -38,6 +39,8 @@ type Service struct {
 	Runs   *tracked.Manager
 	Fences *fence.Registry
 	Policy *Policy
+	// Limits are the sessions' resource limits; nil: none (every session unlimited).
+	Limits *Limits
 	// KillOnRollback is the default for session.rollback's kill_processes
 	// (--kill-session-processes-on-rollback).
 	KillOnRollback bool
@@ -52,9 +55,31 @@ func (s *Service) lock(agent, session string) func() {
 	return mu.Unlock
 }
 
-// CreateSession creates the session and, when the turn policy is on, its baseline checkpoint.
-// If the baseline cannot be made the session is removed again: a failed request changes nothing.
+// SessionOptions are session.create's optional settings.
+type SessionOptions struct {
+	TurnCheckpoints *bool
+	// Limits override the image's default session limits, within its maximum.
+	Limits limit.Set
+}
+
+// CreateSession creates the session with the default limits (see CreateSessionWith).
 func (s *Service) CreateSession(agent, id string, turnCheckpoints *bool) (*store.Session, error) {
+	return s.CreateSessionWith(agent, id, SessionOptions{TurnCheckpoints: turnCheckpoints})
+}
+
+// CreateSessionWith creates the session, records its limits and, when the turn policy is on, makes
+// its baseline checkpoint. Limits out of bounds are refused before anything is made; if a later
+// step fails the session is removed again: a failed request changes nothing.
+func (s *Service) CreateSessionWith(agent, id string, opt SessionOptions) (*store.Session, error) {
+	var limits limit.Set
+	if s.Limits != nil {
+		var err error
+		if limits, err = s.Limits.Resolve(opt.Limits); err != nil {
+			return nil, err
+		}
+	} else if !opt.Limits.IsZero() {
+		return nil, &LimitError{Field: "limits", Reason: "this daemon applies no session limits; leave limits out"}
+	}
 	if _, err := s.Store.GetAgent(agent); err != nil {
 		return nil, err
 	}
@@ -63,26 +88,51 @@ func (s *Service) CreateSession(agent, id string, turnCheckpoints *bool) (*store
 	if err != nil {
 		return nil, err
 	}
+	undo := func(err error) (*store.Session, error) {
+		return nil, errors.Join(err, s.forgetSession(agent, id), s.Store.DeleteSession(agent, id))
+	}
 	// current/ belongs to the runs' unprivileged identity from the start, so that every
 	// checkpoint of it (the baseline first) and every rollback agrees with what runs see.
 	if err := s.Runs.Own(sess.Current); err != nil {
-		return nil, errors.Join(fmt.Errorf("hand current/ to the runs' identity: %w", err), s.Store.DeleteSession(agent, id))
+		return undo(fmt.Errorf("hand current/ to the runs' identity: %w", err))
 	}
-	if turnCheckpoints != nil {
-		if err := s.Policy.SetSession(agent, id, *turnCheckpoints); err != nil {
-			return nil, errors.Join(err, s.Store.DeleteSession(agent, id))
+	if s.Limits != nil {
+		if err := s.Limits.Set(agent, id, limits); err != nil {
+			return undo(err)
+		}
+	}
+	if opt.TurnCheckpoints != nil {
+		if err := s.Policy.SetSession(agent, id, *opt.TurnCheckpoints); err != nil {
+			return undo(err)
 		}
 	}
 	if s.Policy.Enabled(agent, id) {
 		opt := store.CheckpointOptions{Labels: map[string]string{"allox.kind": "baseline"}}
 		if _, err := s.Store.CreateCheckpoint(agent, id, BaselineCheckpoint, opt); err != nil {
-			return nil, errors.Join(fmt.Errorf("baseline checkpoint: %w", err), s.Policy.ForgetSession(agent, id), s.Store.DeleteSession(agent, id))
+			return undo(fmt.Errorf("baseline checkpoint: %w", err))
 		}
 		if sess, err = s.Store.GetSession(agent, id); err != nil {
 			return nil, err
 		}
 	}
 	return sess, nil
+}
+
+// forgetSession drops a session's policy and limits.
+func (s *Service) forgetSession(agent, id string) error {
+	err := s.Policy.ForgetSession(agent, id)
+	if s.Limits != nil {
+		err = errors.Join(err, s.Limits.Forget(agent, id))
+	}
+	return err
+}
+
+// SessionLimits returns a session's effective limits (the zero Set without Limits).
+func (s *Service) SessionLimits(agent, session string) (limit.Set, error) {
+	if s.Limits == nil {
+		return limit.Set{}, nil
+	}
+	return s.Limits.Session(agent, session)
 }
 
 // BaselineCheckpoint is the id of the checkpoint made at session creation under the turn policy.
@@ -98,7 +148,7 @@ func (s *Service) DeleteSession(agent, id string) error {
 		return err
 	}
 	_, err := s.Fences.Unfence(agent, id)
-	return errors.Join(err, s.Policy.ForgetSession(agent, id))
+	return errors.Join(err, s.forgetSession(agent, id))
 }
 
 // CreateCheckpoint snapshots the session unless it is fenced.

@@ -1,0 +1,80 @@
+package spec
+
+import (
+	"github.com/allox-os/allox/internal/limit"
+	"github.com/hashicorp/hcl/v2"
+)
+
+// Sandbox is the workspace daemon's sandbox block: the resource limits of sessions and runs, the
+// memory all runs together leave to the control plane, and managed execution. mkimage renders it
+// into the daemon's command line (see Flags); those flags may not be written into command by hand.
+type Sandbox struct {
+	// ManagedExecution allows process.start with managed: true (no bubblewrap; the VM is the only
+	// boundary): --managed-execution.
+	ManagedExecution bool `json:"managed_execution"`
+	// SessionLimits are every session's defaults, RunLimits every run's (capped by its session's),
+	// MaxLimits the bound of session.create's overrides.
+	SessionLimits limit.Set `json:"session_limits"`
+	RunLimits     limit.Set `json:"run_limits"`
+	MaxLimits     limit.Set `json:"max_limits"`
+	// RunsMemoryReserve (bytes) is what all runs together leave to the control plane.
+	RunsMemoryReserve int64 `json:"runs_memory_reserve"`
+}
+
+// DaemonPackage is the build package of the workspace daemon, the only service a sandbox block
+// configures.
+const DaemonPackage = "./services/workspace-daemon"
+
+var sandboxSchema = &hcl.BodySchema{
+	Attributes: []hcl.AttributeSchema{{Name: "managed_execution"}, {Name: "runs_memory_reserve"}},
+	Blocks:     []hcl.BlockHeaderSchema{{Type: "session_limits"}, {Type: "run_limits"}, {Type: "max_limits"}},
+}
+
+var limitsSchema = &hcl.BodySchema{
+	Attributes: []hcl.AttributeSchema{{Name: limit.PidsMax}, {Name: limit.MemoryMax}, {Name: limit.MemorySwapMax}, {Name: limit.CPUWeight}},
+}
+
+// decodeSandbox decodes the sandbox block at key ("service.0.sandbox").
+func (d *decoder) decodeSandbox(key string, b *hcl.Block) *Sandbox {
+	s := &Sandbox{}
+	c := d.content(key, b.Body, sandboxSchema)
+	attr(d, c, key, "managed_execution", &s.ManagedExecution)
+	var reserve string
+	if attr(d, c, key, "runs_memory_reserve", &reserve) {
+		s.RunsMemoryReserve = d.size(key+".runs_memory_reserve", reserve)
+	}
+	for _, l := range []struct {
+		typ string
+		dst *limit.Set
+	}{{"session_limits", &s.SessionLimits}, {"run_limits", &s.RunLimits}, {"max_limits", &s.MaxLimits}} {
+		if lb := d.block(c, b.Body, key+"."+l.typ, l.typ, false); lb != nil {
+			*l.dst = d.decodeLimits(key+"."+l.typ, lb)
+		}
+	}
+	return s
+}
+
+func (d *decoder) decodeLimits(key string, b *hcl.Block) limit.Set {
+	var s limit.Set
+	c := d.content(key, b.Body, limitsSchema)
+	attr(d, c, key, limit.PidsMax, &s.PidsMax)
+	attr(d, c, key, limit.CPUWeight, &s.CPUWeight)
+	var mem, swap string
+	if attr(d, c, key, limit.MemoryMax, &mem) {
+		s.MemoryMax = d.size(key+"."+limit.MemoryMax, mem)
+	}
+	if attr(d, c, key, limit.MemorySwapMax, &swap) {
+		s.MemorySwapMax = limit.Int64(d.size(key+"."+limit.MemorySwapMax, swap))
+	}
+	return s
+}
+
+// size parses a size attribute, reporting a malformed one at key (and marking it failed).
+func (d *decoder) size(key, v string) int64 {
+	n, err := limit.ParseSize(v)
+	if err != nil {
+		d.errorf(key, "Invalid size", "%s; got %q.", err, v)
+		d.failed[key] = true
+	}
+	return n
+}
