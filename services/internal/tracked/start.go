@@ -57,6 +57,10 @@ func (m *Manager) Start(ctx context.Context, req StartRequest) (*Status, error) 
 		closeOutput(cmd)
 		_ = m.cg.remove(r.group)
 		_ = os.RemoveAll(dir)
+		if errors.Is(err, unix.E2BIG) {
+			// checkArgSize should have refused it; the request is still what is at fault.
+			return nil, invalid("argv", "exec refused the command line as too long (E2BIG): pass long inputs on stdin or in a file in current/")
+		}
 		return nil, fmt.Errorf("%w: start bwrap: %w", ErrSandbox, err)
 	}
 	r.st.Pid = cmd.Process.Pid

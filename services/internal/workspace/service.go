@@ -153,19 +153,6 @@ func (s *Service) StartProcess(ctx context.Context, req tracked.StartRequest) (*
 	return s.Runs.Start(ctx, req)
 }
 
-// EndTurn records the end of an agent turn; after a successful turn, with the policy on, the session
-// is checkpointed as "turn-<turn_id>". It returns the checkpoint, or nil when none was made.
-func (s *Service) EndTurn(agent, session, turn string, success bool) (*store.Checkpoint, error) {
-	if _, err := s.Store.GetSession(agent, session); err != nil {
-		return nil, err
-	}
-	if !success || !s.Policy.Enabled(agent, session) {
-		return nil, nil
-	}
-	opt := store.CheckpointOptions{Labels: map[string]string{"allox.kind": "turn", "allox.turn": turn}}
-	return s.CreateCheckpoint(agent, session, "turn-"+turn, opt)
-}
-
 // CreateAgent creates the agent and records its turn policy when one is given.
 func (s *Service) CreateAgent(id string, turnCheckpoints *bool) (*store.Agent, error) {
 	a, err := s.Store.CreateAgent(id)
