@@ -12,8 +12,8 @@ import (
 func RegisterSystem(r *Router, s *system.System) error {
 	h := systemHandlers{s}
 	return errors.Join(
-		r.Register(rpc.ActionSystemInfo, Action{Handler: h.info}),
-		r.Register(rpc.ActionSystemKernelConfig, Action{Handler: h.kernelConfig}),
+		r.Register(rpc.ActionSystemInfo, Action{Handler: h.info, ReadOnly: true}),
+		r.Register(rpc.ActionSystemKernelConfig, Action{Handler: h.kernelConfig, ReadOnly: true}),
 		r.Register(rpc.ActionSystemPowerOff, Action{Handler: h.powerOff, HostOnly: true}),
 	)
 }

@@ -29,6 +29,11 @@ type Config struct {
 	// namespace and (mapped to itself) in the run's own; 0 means DefaultRunID. Root is never a
 	// run's identity. The session's current/ and what the run creates there belong to it.
 	RunUID, RunGID uint32
+	// Notify, if set, is told of what happens to runs without a request: EventExit once a run's
+	// record is final (its command ended, was killed or timed out, or a restart found it live),
+	// EventPrune when the retention policy removed an ended run's record. It is called from the
+	// manager's goroutines and must not block for long.
+	Notify func(event string, st *Status)
 	// Seccomp is the compiled filter handed to bwrap (--add-seccomp-fd); nil means the default
 	// filter of package seccomp.
 	Seccomp []byte

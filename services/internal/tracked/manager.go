@@ -90,6 +90,7 @@ func (m *Manager) recover() error {
 			if err := writeStatus(runDir(&m.cfg, st.RunID), st); err != nil {
 				return fmt.Errorf("run record %s: %w", st.RunID, err)
 			}
+			m.notify(EventExit, st)
 		}
 		m.runs[st.RunID] = r
 	}

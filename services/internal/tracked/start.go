@@ -391,6 +391,13 @@ func (m *Manager) supervise(cmd *exec.Cmd, r *run, dir string, req StartRequest)
 	r.st = st
 	m.mu.Unlock()
 	close(r.done)
+	m.notify(EventExit, st)
+}
+
+func (m *Manager) notify(event string, st *Status) {
+	if m.cfg.Notify != nil {
+		m.cfg.Notify(event, st.clone())
+	}
 }
 
 // finish sets state, exit code and signal from bwrap's wait status.

@@ -70,6 +70,12 @@ const (
 	StateFailed   = "failed"
 )
 
+// Events passed to Config.Notify.
+const (
+	EventExit  = "process.exit"
+	EventPrune = "process.prune"
+)
+
 // Workspace holds absolute host paths from the store.
 type Workspace struct {
 	Current  string // the session's current/ (writable, HOME and cwd)

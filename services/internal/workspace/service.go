@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"sync"
 
+	"github.com/allox-os/allox/services/internal/audit"
 	"github.com/allox-os/allox/services/internal/fence"
 	"github.com/allox-os/allox/services/internal/store"
 	"github.com/allox-os/allox/services/internal/tracked"
@@ -38,11 +39,26 @@ type Service struct {
 	Runs   *tracked.Manager
 	Fences *fence.Registry
 	Policy *Policy
+	// Audit, if set, receives the events the service causes without a request (the RPC layer
+	// audits requests); see Record.
+	Audit *audit.Log
 	// KillOnRollback is the default for session.rollback's kill_processes
 	// (--kill-session-processes-on-rollback).
 	KillOnRollback bool
 
 	locks sync.Map // agent/session → *sync.Mutex: one state change per session at a time
+}
+
+// Record appends e to the audit log, if there is one, with origin "daemon" unless it names one.
+// A log that cannot be written does not fail what it records.
+func (s *Service) Record(e audit.Entry) {
+	if s.Audit == nil {
+		return
+	}
+	if e.Origin == "" {
+		e.Origin = audit.Daemon
+	}
+	_ = s.Audit.Append(e)
 }
 
 func (s *Service) lock(agent, session string) func() {
