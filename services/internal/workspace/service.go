@@ -104,17 +104,61 @@ func (s *Service) CreateSession(agent, id string, turnCheckpoints *bool) (*store
 // BaselineCheckpoint is the id of the checkpoint made at session creation under the turn policy.
 const BaselineCheckpoint = "baseline"
 
-// DeleteSession deletes a quiet session and forgets its fence and policy.
+// DeleteSession deletes a quiet, unfenced session and forgets its policy. A fenced session is
+// refused with the fence's reason: its state is what the control plane must review, so only
+// session.unfence (host listener) makes it deletable. A fence belongs to the agent/session id and
+// is never dropped by a delete: a session created again with the id of a fenced one starts fenced.
 func (s *Service) DeleteSession(agent, id string) error {
 	defer s.lock(agent, id)()
+	if err := s.Fences.Check(agent, id); err != nil {
+		return err
+	}
 	if n := s.Runs.Active(agent, id); n > 0 {
 		return &BusyError{AgentID: agent, SessionID: id, Live: n, Op: "session.delete"}
 	}
 	if err := s.Store.DeleteSession(agent, id); err != nil {
 		return err
 	}
-	_, err := s.Fences.Unfence(agent, id)
-	return errors.Join(err, s.Policy.ForgetSession(agent, id))
+	return s.Policy.ForgetSession(agent, id)
+}
+
+// DeleteCheckpoint deletes a checkpoint of an unfenced session.
+func (s *Service) DeleteCheckpoint(agent, session, id string) error {
+	defer s.lock(agent, session)()
+	if err := s.Fences.Check(agent, session); err != nil {
+		return err
+	}
+	return s.Store.DeleteCheckpoint(agent, session, id)
+}
+
+// Fence fences an existing session for reason. A session that is fenced already keeps its fence
+// (and its evidence): the call is refused with that fence's reason.
+func (s *Service) Fence(agent, session, reason string) (*store.Session, error) {
+	defer s.lock(agent, session)()
+	sess, err := s.Store.GetSession(agent, session)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.Fences.Check(agent, session); err != nil {
+		return nil, err
+	}
+	if err := s.Fences.Fence(agent, session, reason, ""); err != nil {
+		return nil, err
+	}
+	return sess, nil
+}
+
+// Unfence lifts the fence of an existing session (a no-op if it has none).
+func (s *Service) Unfence(agent, session string) (*store.Session, error) {
+	defer s.lock(agent, session)()
+	sess, err := s.Store.GetSession(agent, session)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := s.Fences.Unfence(agent, session); err != nil {
+		return nil, err
+	}
+	return sess, nil
 }
 
 // CreateCheckpoint snapshots the session unless it is fenced.
