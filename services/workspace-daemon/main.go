@@ -161,7 +161,7 @@ func openWorkspace(cfg daemon.Config) (*workspace.Service, error) {
 	log := &audit.Log{Dir: cfg.State}
 	runs, err := tracked.NewManager(tracked.Config{CgroupParent: cfg.CgroupParent, Bwrap: cfg.Bwrap,
 		RecordsDir: filepath.Join(cfg.State, "runs"), AllowManaged: cfg.ManagedExecution,
-		RunUID: uint32(cfg.RunUID), RunGID: uint32(cfg.RunGID), Notify: auditRun(log)})
+		RunUID: uint32(cfg.RunUID), RunGID: uint32(cfg.RunGID), Retention: cfg.RunRecords, Notify: auditRun(log)})
 	if err != nil {
 		return nil, err
 	}

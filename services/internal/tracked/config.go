@@ -23,6 +23,9 @@ type Config struct {
 	SharedWritable bool     // bind shared/ writable; default read-only
 	UnshareNet     bool     // private network namespace (loopback only); default shares the guest's
 	Limits         Limits   // per-run limits, applied only where the controller exists
+	// Retention bounds the records kept per session, pruned at start and after each run ends;
+	// the zero value keeps every record (the daemon passes DefaultRetention or its flags).
+	Retention Retention
 	// AllowManaged permits StartRequest.Managed runs (the daemon's --managed-execution).
 	AllowManaged bool
 	// RunUID and RunGID are the unprivileged identity of every sandboxed run, in the initial user

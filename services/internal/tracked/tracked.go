@@ -146,6 +146,10 @@ type Status struct {
 	Reason    string    `json:"reason,omitempty"`
 	// Managed says the run went the managed (unsandboxed) path.
 	Managed bool `json:"managed,omitempty"`
+	// StdoutDropped and StderrDropped are the bytes of each stream beyond Config.MaxOutputBytes,
+	// dropped (set once the run has ended; see Manager.Dropped for a live run).
+	StdoutDropped int64 `json:"stdout_dropped,omitempty"`
+	StderrDropped int64 `json:"stderr_dropped,omitempty"`
 	// Effects is the observer's report on the run (verdict, evidence path), when one watched it.
 	Effects json.RawMessage `json:"effects,omitempty"`
 }
