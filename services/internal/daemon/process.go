@@ -218,10 +218,11 @@ const maxOutputPage = 256 << 10
 
 func (h workspaceHandlers) processOutput(_ context.Context, c *Call) (any, error) {
 	var p struct {
-		RunID  string `json:"run_id"`
-		Stream string `json:"stream"`
-		Offset int64  `json:"offset"`
-		Limit  int64  `json:"limit"`
+		RunID    string `json:"run_id"`
+		Stream   string `json:"stream"`
+		Offset   int64  `json:"offset"`
+		Limit    int64  `json:"limit"`
+		Encoding string `json:"encoding"`
 	}
 	if err := rpc.DecodeParams(c.Params, &p); err != nil {
 		return nil, err
@@ -233,6 +234,14 @@ func (h workspaceHandlers) processOutput(_ context.Context, c *Call) (any, error
 		return nil, &rpc.Error{Code: rpc.CodeInvalidParams, Field: "params.stream", Choices: []string{"stderr", "stdout"},
 			Message: "params.stream must be \"stdout\" or \"stderr\""}
 	}
+	switch p.Encoding {
+	case "":
+		p.Encoding = rpc.EncodingAuto
+	case rpc.EncodingAuto, rpc.EncodingBase64:
+	default:
+		return nil, &rpc.Error{Code: rpc.CodeInvalidParams, Field: "params.encoding", Choices: []string{rpc.EncodingAuto, rpc.EncodingBase64},
+			Message: "params.encoding must be \"auto\" (the default: text when the page is valid UTF-8, else base64) or \"base64\""}
+	}
 	if p.Limit <= 0 || p.Limit > maxOutputPage {
 		p.Limit = maxOutputPage
 	}
@@ -240,12 +249,20 @@ func (h workspaceHandlers) processOutput(_ context.Context, c *Call) (any, error
 	if err != nil {
 		return nil, err
 	}
-	return rpc.Output{RunID: p.RunID, Stream: p.Stream, Offset: p.Offset, Next: next, EOF: eof, Data: string(data)}, nil
+	dropped, err := h.w.Runs.Dropped(p.RunID, p.Stream)
+	if err != nil {
+		return nil, err
+	}
+	out := rpc.Output{RunID: p.RunID, Stream: p.Stream, Offset: p.Offset, Next: next, EOF: eof,
+		Truncated: dropped > 0, DroppedBytes: dropped}
+	out.Data, out.Encoding, out.Next = encodeOutput(data, p.Encoding, p.Offset, next, eof)
+	return out, nil
 }
 
 func run(st *tracked.Status) rpc.Run {
 	r := rpc.Run{RunID: st.RunID, AgentID: st.AgentID, SessionID: st.SessionID, Argv: st.Argv, State: st.State,
-		Signal: st.Signal, Reason: st.Reason, Pid: st.Pid, Cgroup: st.Cgroup, Started: st.Started, Managed: st.Managed}
+		Signal: st.Signal, Reason: st.Reason, Pid: st.Pid, Cgroup: st.Cgroup, Started: st.Started, Managed: st.Managed,
+		StdoutDropped: st.StdoutDropped, StderrDropped: st.StderrDropped}
 	if st.State != "running" {
 		code := st.ExitCode
 		r.ExitCode = &code
