@@ -13,9 +13,10 @@ import (
 
 // DecodeParams decodes an action's params into v, a pointer to a struct. Keys must match the
 // struct's JSON names exactly (encoding/json alone would accept any letter case); an unknown key,
-// a value of the wrong type or malformed JSON yields an *Error with CodeInvalidParams whose Field
-// names the key ("params.<key>") and whose Choices list the accepted keys. An action without params
-// decodes into &struct{}{}.
+// a key given twice in one object at any depth (encoding/json would keep the last), a value of
+// the wrong type or malformed JSON yields an *Error with CodeInvalidParams whose Field names the
+// key ("params.<key>", "params.env.HOME") and whose Choices list the accepted keys. An action
+// without params decodes into &struct{}{}.
 func DecodeParams(raw json.RawMessage, v any) error {
 	if len(bytes.TrimSpace(raw)) == 0 || string(bytes.TrimSpace(raw)) == "null" {
 		raw = json.RawMessage("{}")
@@ -23,6 +24,12 @@ func DecodeParams(raw json.RawMessage, v any) error {
 	var keys map[string]json.RawMessage
 	if err := json.Unmarshal(raw, &keys); err != nil {
 		return Errorf(CodeInvalidParams, "params", "params must be a JSON object: %v", err)
+	}
+	switch dup, err := duplicateKey(raw); {
+	case err != nil:
+		return Errorf(CodeInvalidParams, "params", "params do not decode: %v", err)
+	case dup != "":
+		return Errorf(CodeInvalidParams, "params."+dup, "params.%s is given twice: send each key once", dup)
 	}
 	if allowed, ok := fieldNames(reflect.TypeOf(v)); ok {
 		for _, k := range slices.Sorted(maps.Keys(keys)) {

@@ -2,6 +2,7 @@ package rpc
 
 import (
 	"encoding/json"
+	"strings"
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
@@ -81,4 +82,28 @@ func TestDecodeParamsMap(t *testing.T) {
 	if err := DecodeParams(json.RawMessage(`{"anything":1}`), &m); err != nil {
 		t.Errorf("DecodeParams into a map: %v", err)
 	}
+}
+
+func TestDecodeParamsRefusesDuplicateKeys(t *testing.T) {
+	type inner struct {
+		Env  map[string]string `json:"env"`
+		Argv []any             `json:"argv"`
+	}
+	for _, tt := range []struct{ name, raw, field string }{
+		{"top level", `{"env":{},"env":{}}`, "params.env"},
+		{"inside a map", `{"env":{"HOME":"a","X":"1","HOME":"b"}}`, "params.env.HOME"},
+		{"escaped spelling", `{"env":{"a":"1","\u0061":"2"}}`, "params.env.a"},
+		{"inside an array", `{"argv":["x",{"k":1,"k":2}]}`, "params.argv[1].k"},
+	} {
+		t.Run(tt.name, func(t *testing.T) {
+			err := DecodeParams(json.RawMessage(tt.raw), &inner{})
+			checkError(t, err, CodeInvalidParams, tt.field, "given twice")
+		})
+	}
+	var ok inner
+	if err := DecodeParams(json.RawMessage(`{"env":{"a":"1","b":"2"},"argv":[{"k":1},{"k":2}]}`), &ok); err != nil {
+		t.Errorf("the same key in sibling objects: %v, want accepted", err)
+	}
+	deep := strings.Repeat(`{"a":`, maxParamsDepth+2) + "1" + strings.Repeat("}", maxParamsDepth+2)
+	checkError(t, DecodeParams(json.RawMessage(deep), &struct{}{}), CodeInvalidParams, "params", "deeper")
 }

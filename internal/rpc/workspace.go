@@ -116,6 +116,10 @@ type Run struct {
 	Ended     *time.Time `json:"ended,omitempty"`
 	// Managed says the run went the managed (unsandboxed) path.
 	Managed bool `json:"managed,omitempty"`
+	// StdoutDropped and StderrDropped are the bytes of each stream dropped beyond the daemon's
+	// bound on run output, once the run has ended (process.output reports them live).
+	StdoutDropped int64 `json:"stdout_dropped,omitempty"`
+	StderrDropped int64 `json:"stderr_dropped,omitempty"`
 	// Effects is the system-effects observer's report, for a run it watched.
 	Effects *Effects `json:"effects,omitempty"`
 }
@@ -168,5 +172,20 @@ type Output struct {
 	Offset int64  `json:"offset"`
 	Next   int64  `json:"next"`
 	EOF    bool   `json:"eof"`
-	Data   string `json:"data"`
+	// Data is the page: the bytes themselves when Encoding is EncodingUTF8, their standard base64
+	// when it is EncodingBase64 (always so with params.encoding "base64"; with the default "auto",
+	// whenever the page is not valid UTF-8, so that no byte is ever lost).
+	Data     string `json:"data"`
+	Encoding string `json:"encoding"`
+	// Truncated says the stream hit the daemon's bound on run output (16 MiB per stream by
+	// default) and DroppedBytes how many bytes beyond it were dropped so far.
+	Truncated    bool  `json:"truncated"`
+	DroppedBytes int64 `json:"dropped_bytes"`
 }
+
+// Encodings of Output.Data and the values of process.output's params.encoding.
+const (
+	EncodingAuto   = "auto" // request only: utf-8 when the page is valid UTF-8, else base64
+	EncodingUTF8   = "utf-8"
+	EncodingBase64 = "base64"
+)

@@ -16,8 +16,10 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"strconv"
 	"syscall"
 
+	"github.com/allox-os/allox/services/internal/audit"
 	"github.com/allox-os/allox/services/internal/daemon"
 	"github.com/allox-os/allox/services/internal/fence"
 	"github.com/allox-os/allox/services/internal/netguard"
@@ -99,6 +101,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		if err := daemon.RegisterWorkspace(router, ws, hook); err != nil {
 			return err
 		}
+		router.SetAudit(ws.Audit)
 		tr, err := openTracker(cfg, ws)
 		if err != nil {
 			return err
@@ -157,13 +160,14 @@ func openWorkspace(cfg daemon.Config) (*workspace.Service, error) {
 	if err := os.Chmod(cfg.State, 0o711); err != nil {
 		return nil, fmt.Errorf("state dir: %w", err)
 	}
+	log := &audit.Log{Dir: cfg.State}
 	limits, err := workspace.OpenLimits(cfg.State, cfg.SessionLimits, cfg.MaxLimits)
 	if err != nil {
 		return nil, err
 	}
 	runs, err := tracked.NewManager(tracked.Config{CgroupParent: cfg.CgroupParent, Bwrap: cfg.Bwrap,
 		RecordsDir: filepath.Join(cfg.State, "runs"), AllowManaged: cfg.ManagedExecution,
-		RunUID: uint32(cfg.RunUID), RunGID: uint32(cfg.RunGID),
+		RunUID: uint32(cfg.RunUID), RunGID: uint32(cfg.RunGID), Retention: cfg.RunRecords, Notify: auditRun(log),
 		RunLimits: cfg.RunLimits, SessionLimits: limits.Session, RunsMemoryReserve: cfg.RunsMemoryReserve})
 	if err != nil {
 		return nil, err
@@ -176,7 +180,23 @@ func openWorkspace(cfg daemon.Config) (*workspace.Service, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &workspace.Service{Store: st, Runs: runs, Fences: fences, Policy: policy, Limits: limits, KillOnRollback: cfg.KillOnRollback}, nil
+	return &workspace.Service{Store: st, Runs: runs, Fences: fences, Policy: policy, Limits: limits, Audit: log, KillOnRollback: cfg.KillOnRollback}, nil
+}
+
+// auditRun records what happens to runs without a request (their exit, the pruning of their
+// records) in the audit log.
+func auditRun(log *audit.Log) func(string, *tracked.Status) {
+	return func(event string, st *tracked.Status) {
+		detail := st.State
+		if st.State != tracked.StateRunning {
+			detail += " exit_code=" + strconv.Itoa(st.ExitCode)
+		}
+		if st.Reason != "" {
+			detail += ": " + st.Reason
+		}
+		_ = log.Append(audit.Entry{Action: event, AgentID: st.AgentID, SessionID: st.SessionID, RunID: st.RunID,
+			Origin: audit.Daemon, Outcome: audit.OK, Detail: detail})
+	}
 }
 
 // errObserverNotInstalled refuses --observer in a daemon built without the system-effects plugin.

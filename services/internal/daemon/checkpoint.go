@@ -58,7 +58,7 @@ func (h workspaceHandlers) checkpointDelete(_ context.Context, c *Call) (any, er
 	if err := rpc.DecodeParams(c.Params, &p); err != nil {
 		return nil, err
 	}
-	return struct{}{}, h.w.Store.DeleteCheckpoint(p.AgentID, p.SessionID, p.CheckpointID)
+	return struct{}{}, h.w.DeleteCheckpoint(p.AgentID, p.SessionID, p.CheckpointID)
 }
 
 func checkpoint(cp *store.Checkpoint) rpc.Checkpoint {

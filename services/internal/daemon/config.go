@@ -71,7 +71,10 @@ type Config struct {
 	RunUID, RunGID uint
 	// GuardPorts are ports of the guest's other trusted services that runs may not reach, beside
 	// the daemon's own listeners (always guarded).
-	GuardPorts      []uint16
+	GuardPorts []uint16
+	// RunRecords is the retention policy of run records, per session (--run-records-keep,
+	// --run-records-max-age, --run-records-max-bytes; default tracked.DefaultRetention).
+	RunRecords      tracked.Retention
 	Observer        bool
 	ObserverScope   string
 	ObserverLibexec string
@@ -115,6 +118,14 @@ func ParseFlags(args []string, stderr io.Writer) (Config, error) {
 	fset.Func("guard-ports", "comma-separated `ports` of other trusted guest services that no run may connect to, send to or bind (the daemon's own are always guarded)", func(v string) error {
 		ports, err := parsePorts(v)
 		c.GuardPorts = append(c.GuardPorts, ports...)
+		return err
+	})
+	c.RunRecords = tracked.DefaultRetention
+	fset.IntVar(&c.RunRecords.MaxRuns, "run-records-keep", c.RunRecords.MaxRuns, "run records kept per session, newest first (live runs are never pruned; 0: no count bound)")
+	fset.DurationVar(&c.RunRecords.MaxAge, "run-records-max-age", c.RunRecords.MaxAge, "prune run records that ended longer ago than this `duration` (0: no age bound)")
+	fset.Func("run-records-max-bytes", "`size` of the run records kept per session, e.g. 256MiB (0: no size bound; default 256MiB)", func(v string) error {
+		n, err := parseSize(v)
+		c.RunRecords.MaxBytes = n
 		return err
 	})
 	fset.BoolVar(&c.Observer, "observer", false, "run every process.start under the system-effects observer (needs the system-effects plugin; excludes --process-tree-provider=ebpf)")
@@ -189,6 +200,12 @@ func (c Config) Validate() error {
 			errs = append(errs, fmt.Errorf("%s %d: a sandboxed run is never root; use an unprivileged id that owns nothing on the guest, e.g. %d", id.flag, id.v, tracked.DefaultRunID))
 		}
 	}
+	if c.RunRecords.MaxRuns < 0 {
+		errs = append(errs, fmt.Errorf("--run-records-keep %d: use a count of runs per session, e.g. %d, or 0 for no count bound", c.RunRecords.MaxRuns, tracked.DefaultRetention.MaxRuns))
+	}
+	if c.RunRecords.MaxAge < 0 {
+		errs = append(errs, fmt.Errorf("--run-records-max-age %s: use a positive duration, e.g. %s, or 0 for no age bound", c.RunRecords.MaxAge, tracked.DefaultRetention.MaxAge))
+	}
 	if c.ObserverScope != "" && !c.Observer {
 		errs = append(errs, errors.New("--observer-scope needs --observer: add --observer or drop the scope"))
 	}
@@ -211,6 +228,22 @@ func checkLoopback(addr string) error {
 	}
 	return fmt.Errorf("--listen %s is not a loopback address, and that listener has no authentication: "+
 		"use --listen 127.0.0.1:PORT, and to serve the host use --listen-host %s with --token-file FILE (requests then need the bearer token)", addr, addr)
+}
+
+// parseSize parses a byte count: a plain number or one with a KiB, MiB or GiB suffix.
+func parseSize(v string) (int64, error) {
+	num, mult := strings.TrimSpace(v), int64(1)
+	for suffix, m := range map[string]int64{"KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30} {
+		if n, ok := strings.CutSuffix(num, suffix); ok {
+			num, mult = n, m
+			break
+		}
+	}
+	n, err := strconv.ParseInt(num, 10, 64)
+	if err != nil || n < 0 || n > (1<<62)/mult {
+		return 0, fmt.Errorf("%q is not a size: use bytes or KiB, MiB, GiB, e.g. 256MiB, or 0 for no bound", v)
+	}
+	return n * mult, nil
 }
 
 // parsePorts parses "1024,1025".

@@ -7,7 +7,9 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/allox-os/allox/services/internal/tracked"
 	"github.com/google/go-cmp/cmp"
 )
 
@@ -19,7 +21,8 @@ func TestParseFlags(t *testing.T) {
 	}
 	want := Config{Root: root, Listen: DefaultListen, ListenHost: "0.0.0.0:8093", TokenFile: "/run/allox/rpc-token",
 		State: filepath.Join(root, ".allox-state"), Bwrap: "bwrap", CgroupParent: "allox",
-		ObserverLibexec: DefaultObserverLibexec, ObserverPins: DefaultObserverPins, RunUID: 2000, RunGID: 2000}
+		ObserverLibexec: DefaultObserverLibexec, ObserverPins: DefaultObserverPins, RunUID: 2000, RunGID: 2000,
+		RunRecords: tracked.Retention{MaxRuns: 200, MaxAge: 168 * time.Hour, MaxBytes: 256 << 20}}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("ParseFlags mismatch (-want +got):\n%s", diff)
 	}
@@ -55,6 +58,10 @@ func TestParseFlagsErrors(t *testing.T) {
 		{"runs as root", []string{"--root", root, "--run-uid", "0"}, "a sandboxed run is never root"},
 		{"runs in group root", []string{"--root", root, "--run-gid", "0"}, "--run-gid 0"},
 		{"bad guard port", []string{"--root", root, "--guard-ports", "1024,x"}, `"x" is not a port`},
+		{"negative run records keep", []string{"--root", root, "--run-records-keep", "-1"}, "--run-records-keep -1"},
+		{"negative run records age", []string{"--root", root, "--run-records-max-age", "-1h"}, "--run-records-max-age -1h0m0s"},
+		{"bad run records size", []string{"--root", root, "--run-records-max-bytes", "lots"}, `flag -run-records-max-bytes: "lots" is not a size`},
+		{"negative run records size", []string{"--root", root, "--run-records-max-bytes", "-1"}, "is not a size"},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			_, err := ParseFlags(tt.args, io.Discard)
@@ -62,6 +69,21 @@ func TestParseFlagsErrors(t *testing.T) {
 				t.Errorf("ParseFlags(%q) = %v, want a usage error containing %q", tt.args, err, tt.inMessage)
 			}
 		})
+	}
+}
+
+func TestRunRecordsFlags(t *testing.T) {
+	got, err := ParseFlags([]string{"--root", t.TempDir(), "--run-records-keep", "0", "--run-records-max-age", "24h", "--run-records-max-bytes", "64MiB"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(tracked.Retention{MaxRuns: 0, MaxAge: 24 * time.Hour, MaxBytes: 64 << 20}, got.RunRecords); diff != "" {
+		t.Errorf("RunRecords (-want +got):\n%s", diff)
+	}
+	for v, want := range map[string]int64{"0": 0, "4096": 4096, "1KiB": 1024, "2GiB": 2 << 30} {
+		if n, err := parseSize(v); n != want || err != nil {
+			t.Errorf("parseSize(%q) = %d, %v; want %d", v, n, err, want)
+		}
 	}
 }
 

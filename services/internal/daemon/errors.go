@@ -24,7 +24,7 @@ func rpcError(err error) *rpc.Error {
 		return re
 	case errors.Is(err, system.ErrNoKernelConfig), errors.Is(err, system.ErrNotUnderInit), errors.Is(err, tracker.ErrUnsupported):
 		code = rpc.CodeUnsupported
-	case errors.Is(err, store.ErrInvalidID), errors.Is(err, tracked.ErrInvalid), errors.Is(err, tracker.ErrInvalid),
+	case errors.Is(err, store.ErrInvalidID), errors.Is(err, store.ErrInvalidLabel), errors.Is(err, tracked.ErrInvalid), errors.Is(err, tracker.ErrInvalid),
 		errors.Is(err, workspace.ErrInvalidLimits):
 		code = rpc.CodeInvalidParams
 	case errors.Is(err, store.ErrNotFound), errors.Is(err, tracked.ErrNotFound), errors.Is(err, tracker.ErrNotFound):

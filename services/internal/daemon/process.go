@@ -33,15 +33,16 @@ func (h workspaceHandlers) processStart(ctx context.Context, c *Call) (any, erro
 	if err := rpc.DecodeParams(c.Params, &p); err != nil {
 		return nil, err
 	}
-	if p.Timeout < 0 {
-		return nil, rpc.Errorf(rpc.CodeInvalidParams, "params.timeout", "params.timeout is in seconds and must not be negative")
+	timeout, err := timeoutParam(p.Timeout)
+	if err != nil {
+		return nil, err
 	}
 	rp, err := decodeRunParams(p.Recovery, p.CheckpointID)
 	if err != nil {
 		return nil, err
 	}
 	req := tracked.StartRequest{AgentID: p.AgentID, SessionID: p.SessionID, Argv: p.Argv,
-		Env: p.Env, Cwd: p.Cwd, Stdin: []byte(p.Stdin), Timeout: time.Duration(p.Timeout * float64(time.Second)),
+		Env: p.Env, Cwd: p.Cwd, Stdin: []byte(p.Stdin), Timeout: timeout,
 		Managed: p.Managed}
 	var undo func()
 	switch {
@@ -62,6 +63,27 @@ func (h workspaceHandlers) processStart(ctx context.Context, c *Call) (any, erro
 		return nil, err
 	}
 	return run(st), nil
+}
+
+// maxTimeout is the longest timeout process.start and process.wait accept.
+const maxTimeout = 168 * time.Hour
+
+// timeoutParam converts params.timeout (seconds; 0 = none) to a duration. It refuses what would
+// silently mean something else: a negative value, one so small it rounds to no timeout at all,
+// and one beyond maxTimeout (which would also overflow a time.Duration).
+func timeoutParam(secs float64) (time.Duration, error) {
+	const field = "params.timeout"
+	switch {
+	case secs < 0:
+		return 0, rpc.Errorf(rpc.CodeInvalidParams, field, "params.timeout is in seconds and must not be negative: use 0 for none")
+	case secs > maxTimeout.Seconds():
+		return 0, rpc.Errorf(rpc.CodeInvalidParams, field, "params.timeout %g s is beyond the maximum of %.0f s (168 h): use at most %.0f, or 0 for none", secs, maxTimeout.Seconds(), maxTimeout.Seconds())
+	}
+	d := time.Duration(secs * float64(time.Second))
+	if secs > 0 && d <= 0 {
+		return 0, rpc.Errorf(rpc.CodeInvalidParams, field, "params.timeout %g s rounds to no timeout at all: use at least 1e-9 (one nanosecond), or 0 for none", secs)
+	}
+	return d, nil
 }
 
 const errNoObserver = "recovery and checkpoint_id belong to the system-effects observer, which this daemon does not run: " +
@@ -137,9 +159,13 @@ func (h workspaceHandlers) processWait(ctx context.Context, c *Call) (any, error
 	if err := rpc.DecodeParams(c.Params, &p); err != nil {
 		return nil, err
 	}
-	if p.Timeout > 0 {
+	timeout, err := timeoutParam(p.Timeout)
+	if err != nil {
+		return nil, err
+	}
+	if timeout > 0 {
 		var cancel context.CancelFunc
-		ctx, cancel = context.WithTimeout(ctx, time.Duration(p.Timeout*float64(time.Second)))
+		ctx, cancel = context.WithTimeout(ctx, timeout)
 		defer cancel()
 	}
 	st, err := h.w.Runs.Wait(ctx, p.RunID)
@@ -192,10 +218,11 @@ const maxOutputPage = 256 << 10
 
 func (h workspaceHandlers) processOutput(_ context.Context, c *Call) (any, error) {
 	var p struct {
-		RunID  string `json:"run_id"`
-		Stream string `json:"stream"`
-		Offset int64  `json:"offset"`
-		Limit  int64  `json:"limit"`
+		RunID    string `json:"run_id"`
+		Stream   string `json:"stream"`
+		Offset   int64  `json:"offset"`
+		Limit    int64  `json:"limit"`
+		Encoding string `json:"encoding"`
 	}
 	if err := rpc.DecodeParams(c.Params, &p); err != nil {
 		return nil, err
@@ -207,6 +234,14 @@ func (h workspaceHandlers) processOutput(_ context.Context, c *Call) (any, error
 		return nil, &rpc.Error{Code: rpc.CodeInvalidParams, Field: "params.stream", Choices: []string{"stderr", "stdout"},
 			Message: "params.stream must be \"stdout\" or \"stderr\""}
 	}
+	switch p.Encoding {
+	case "":
+		p.Encoding = rpc.EncodingAuto
+	case rpc.EncodingAuto, rpc.EncodingBase64:
+	default:
+		return nil, &rpc.Error{Code: rpc.CodeInvalidParams, Field: "params.encoding", Choices: []string{rpc.EncodingAuto, rpc.EncodingBase64},
+			Message: "params.encoding must be \"auto\" (the default: text when the page is valid UTF-8, else base64) or \"base64\""}
+	}
 	if p.Limit <= 0 || p.Limit > maxOutputPage {
 		p.Limit = maxOutputPage
 	}
@@ -214,12 +249,20 @@ func (h workspaceHandlers) processOutput(_ context.Context, c *Call) (any, error
 	if err != nil {
 		return nil, err
 	}
-	return rpc.Output{RunID: p.RunID, Stream: p.Stream, Offset: p.Offset, Next: next, EOF: eof, Data: string(data)}, nil
+	dropped, err := h.w.Runs.Dropped(p.RunID, p.Stream)
+	if err != nil {
+		return nil, err
+	}
+	out := rpc.Output{RunID: p.RunID, Stream: p.Stream, Offset: p.Offset, Next: next, EOF: eof,
+		Truncated: dropped > 0, DroppedBytes: dropped}
+	out.Data, out.Encoding, out.Next = encodeOutput(data, p.Encoding, p.Offset, next, eof)
+	return out, nil
 }
 
 func run(st *tracked.Status) rpc.Run {
 	r := rpc.Run{RunID: st.RunID, AgentID: st.AgentID, SessionID: st.SessionID, Argv: st.Argv, State: st.State,
-		Signal: st.Signal, Reason: st.Reason, Pid: st.Pid, Cgroup: st.Cgroup, Started: st.Started, Managed: st.Managed}
+		Signal: st.Signal, Reason: st.Reason, Pid: st.Pid, Cgroup: st.Cgroup, Started: st.Started, Managed: st.Managed,
+		StdoutDropped: st.StdoutDropped, StderrDropped: st.StderrDropped}
 	if st.State != "running" {
 		code := st.ExitCode
 		r.ExitCode = &code

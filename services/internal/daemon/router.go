@@ -12,6 +12,7 @@ import (
 	"sync"
 
 	"github.com/allox-os/allox/internal/rpc"
+	"github.com/allox-os/allox/services/internal/audit"
 )
 
 // ErrDuplicateAction is returned when an action name is registered twice.
@@ -59,6 +60,9 @@ type Action struct {
 	// HostOnly actions are refused with rpc.CodeForbidden on the loopback listener: processes in the
 	// guest (agents among them) must not reach them.
 	HostOnly bool
+	// ReadOnly actions change nothing and are not audited; every other call (refused ones too) is
+	// one line of the audit log (see Router.SetAudit).
+	ReadOnly bool
 }
 
 // Router maps action names to handlers. Domains and plugins register into it explicitly, from main;
@@ -66,6 +70,15 @@ type Action struct {
 type Router struct {
 	mu      sync.RWMutex
 	actions map[string]Action
+	audit   *audit.Log
+}
+
+// SetAudit makes every call of an action that is not ReadOnly append one entry to l: the action,
+// the ids it names, the listener it came in on and its outcome (OK or the error code).
+func (r *Router) SetAudit(l *audit.Log) {
+	r.mu.Lock()
+	r.audit = l
+	r.mu.Unlock()
 }
 
 // NewRouter returns an empty router.
@@ -98,11 +111,23 @@ func (r *Router) Actions() []string {
 	return slices.Sorted(maps.Keys(r.actions))
 }
 
-// Dispatch finds the call's action, applies its guards and runs it.
+// Dispatch finds the call's action, applies its guards, runs it and audits it.
 func (r *Router) Dispatch(ctx context.Context, c *Call) (any, error) {
 	r.mu.RLock()
 	a, ok := r.actions[c.Action]
+	log := r.audit
 	r.mu.RUnlock()
+	if !ok || a.ReadOnly || log == nil {
+		return r.dispatch(ctx, a, ok, c)
+	}
+	res, err := r.dispatch(ctx, a, ok, c)
+	// The reply is decided; a log that cannot be written does not change it (a failing state dir
+	// shows in the operations themselves).
+	_ = log.Append(auditEntry(c, res, err))
+	return res, err
+}
+
+func (r *Router) dispatch(ctx context.Context, a Action, ok bool, c *Call) (any, error) {
 	if !ok {
 		known := r.Actions()
 		return nil, &rpc.Error{Code: rpc.CodeUnknownAction, Field: "action", Choices: known,

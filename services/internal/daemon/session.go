@@ -98,11 +98,8 @@ func (h workspaceHandlers) sessionFence(_ context.Context, c *Call) (any, error)
 	if p.Reason == "" {
 		return nil, rpc.Errorf(rpc.CodeInvalidParams, "params.reason", "params.reason is required: say why the session is fenced")
 	}
-	s, err := h.w.Store.GetSession(p.AgentID, p.SessionID)
+	s, err := h.w.Fence(p.AgentID, p.SessionID, p.Reason)
 	if err != nil {
-		return nil, err
-	}
-	if err := h.w.Fences.Fence(p.AgentID, p.SessionID, p.Reason, ""); err != nil {
 		return nil, err
 	}
 	return h.session(s), nil
@@ -113,11 +110,8 @@ func (h workspaceHandlers) sessionUnfence(_ context.Context, c *Call) (any, erro
 	if err := rpc.DecodeParams(c.Params, &p); err != nil {
 		return nil, err
 	}
-	s, err := h.w.Store.GetSession(p.AgentID, p.SessionID)
+	s, err := h.w.Unfence(p.AgentID, p.SessionID)
 	if err != nil {
-		return nil, err
-	}
-	if _, err := h.w.Fences.Unfence(p.AgentID, p.SessionID); err != nil {
 		return nil, err
 	}
 	return h.session(s), nil

@@ -20,8 +20,8 @@ func RegisterSystem(r *Router, s *system.System) error { return RegisterSystemWi
 func RegisterSystemWith(r *Router, s *system.System, ws *workspace.Service) error {
 	h := systemHandlers{s, ws}
 	return errors.Join(
-		r.Register(rpc.ActionSystemInfo, Action{Handler: h.info}),
-		r.Register(rpc.ActionSystemKernelConfig, Action{Handler: h.kernelConfig}),
+		r.Register(rpc.ActionSystemInfo, Action{Handler: h.info, ReadOnly: true}),
+		r.Register(rpc.ActionSystemKernelConfig, Action{Handler: h.kernelConfig, ReadOnly: true}),
 		r.Register(rpc.ActionSystemPowerOff, Action{Handler: h.powerOff, HostOnly: true}),
 	)
 }

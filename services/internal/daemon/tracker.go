@@ -14,8 +14,8 @@ import (
 func RegisterTracker(r *Router, w *workspace.Service, t *tracker.Tracker) error {
 	h := trackerHandlers{w: w, t: t}
 	return errors.Join(
-		r.Register(rpc.ActionProcessTree, Action{Handler: h.tree}),
-		r.Register(rpc.ActionProcessEvents, Action{Handler: h.events}),
+		r.Register(rpc.ActionProcessTree, Action{Handler: h.tree, ReadOnly: true}),
+		r.Register(rpc.ActionProcessEvents, Action{Handler: h.events, ReadOnly: true}),
 	)
 }
 
@@ -27,8 +27,8 @@ func RegisterTrackerDisabled(r *Router) error {
 			"%s needs the process tracker: start the daemon with --process-tracker (and --process-tree-provider=ebpf for the full history)", c.Action)
 	}
 	return errors.Join(
-		r.Register(rpc.ActionProcessTree, Action{Handler: off}),
-		r.Register(rpc.ActionProcessEvents, Action{Handler: off}),
+		r.Register(rpc.ActionProcessTree, Action{Handler: off, ReadOnly: true}),
+		r.Register(rpc.ActionProcessEvents, Action{Handler: off, ReadOnly: true}),
 	)
 }
 

@@ -19,10 +19,7 @@ func (h workspaceHandlers) turnBegin(_ context.Context, c *Call) (any, error) {
 	if err := rpc.DecodeParams(c.Params, &p); err != nil {
 		return nil, err
 	}
-	if p.TurnID == "" {
-		return nil, rpc.Errorf(rpc.CodeInvalidParams, "params.turn_id", "params.turn_id is required")
-	}
-	s, err := h.w.Store.GetSession(p.AgentID, p.SessionID)
+	s, err := h.w.BeginTurn(p.AgentID, p.SessionID, p.TurnID)
 	if err != nil {
 		return nil, err
 	}
@@ -37,9 +34,6 @@ func (h workspaceHandlers) turnEnd(_ context.Context, c *Call) (any, error) {
 	}
 	if err := rpc.DecodeParams(c.Params, &p); err != nil {
 		return nil, err
-	}
-	if p.TurnID == "" {
-		return nil, rpc.Errorf(rpc.CodeInvalidParams, "params.turn_id", "params.turn_id is required")
 	}
 	cp, err := h.w.EndTurn(p.AgentID, p.SessionID, p.TurnID, p.Success)
 	if err != nil {

@@ -1,7 +1,9 @@
-// Package fence records which sessions are fenced: a fenced session refuses state-changing
-// operations (process.start, checkpoint.create, session.rollback) until the control plane unfences
-// it, and every refusal says why and where the evidence is. Fences are daemon state, kept outside
-// every workspace, and survive a restart.
+// Package fence records which sessions are fenced: a fenced session refuses every state-changing
+// operation (process.start, checkpoint.create and .delete, session.rollback and .delete, another
+// session.fence, turn.begin and .end; only process.kill, which stops what runs, is let through)
+// until the control plane unfences it, and every refusal says why and where the evidence is.
+// Fences are daemon state, kept outside every workspace; they survive a restart and belong to the
+// agent/session id, so they outlive the session itself (package workspace enforces all of it).
 package fence
 
 import (

@@ -53,6 +53,9 @@ func (s *Store) findCheckpoint(op, agentID, sessionID, id string) (*sessionRec, 
 // checkpoints/<id>. Its parent is the session head; it becomes the new head.
 func (s *Store) CreateCheckpoint(agentID, sessionID, id string, opt CheckpointOptions) (*Checkpoint, error) {
 	const op = "checkpoint.create"
+	if err := checkLabels(op, opt.Labels); err != nil {
+		return nil, err
+	}
 	s.mu.Lock()
 	_, _, err := s.findCheckpoint(op, agentID, sessionID, id)
 	s.mu.Unlock()

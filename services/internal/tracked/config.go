@@ -31,12 +31,20 @@ type Config struct {
 	// RunsMemoryReserve, if > 0, sets the parent group's memory.max to MemTotal minus it: all runs
 	// together leave that much to the control plane.
 	RunsMemoryReserve int64
+	// Retention bounds the records kept per session, pruned at start and after each run ends;
+	// the zero value keeps every record (the daemon passes DefaultRetention or its flags).
+	Retention Retention
 	// AllowManaged permits StartRequest.Managed runs (the daemon's --managed-execution).
 	AllowManaged bool
 	// RunUID and RunGID are the unprivileged identity of every sandboxed run, in the initial user
 	// namespace and (mapped to itself) in the run's own; 0 means DefaultRunID. Root is never a
 	// run's identity. The session's current/ and what the run creates there belong to it.
 	RunUID, RunGID uint32
+	// Notify, if set, is told of what happens to runs without a request: EventExit once a run's
+	// record is final (its command ended, was killed or timed out, or a restart found it live),
+	// EventPrune when the retention policy removed an ended run's record. It is called from the
+	// manager's goroutines and must not block for long.
+	Notify func(event string, st *Status)
 	// Seccomp is the compiled filter handed to bwrap (--add-seccomp-fd); nil means the default
 	// filter of package seccomp.
 	Seccomp []byte

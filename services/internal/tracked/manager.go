@@ -23,6 +23,8 @@ type Manager struct {
 	runs map[string]*run
 	gate Gate
 
+	pruneMu sync.Mutex // one prune at a time
+
 	// sandboxCmd builds a sandboxed run's launcher (boundaryCmd; the bench swaps in the previous
 	// boundary to measure against it in the same run).
 	sandboxCmd func(req *StartRequest, cwd, tmp string) (*exec.Cmd, []*os.File, error)
@@ -32,9 +34,10 @@ type Manager struct {
 type run struct {
 	st         *Status
 	group      string
-	done       chan struct{} // closed once st is final
-	killReason string        // StateKilled or StateTimedOut, set before cgroup.kill
-	residueErr error         // the observer's failure to look at a managed run's leftovers
+	done       chan struct{}     // closed once st is final
+	killReason string            // StateKilled or StateTimedOut, set before cgroup.kill
+	out        [2]*boundedWriter // stdout, stderr while the run is live (nil for a recovered record)
+	residueErr error             // the observer's failure to look at a managed run's leftovers
 }
 
 // killGrace bounds how long the manager waits for a killed cgroup to empty.
@@ -67,6 +70,7 @@ func NewManager(cfg Config) (*Manager, error) {
 	if err := m.recover(); err != nil {
 		return nil, err
 	}
+	m.pruneAll()
 	return m, nil
 }
 
@@ -90,6 +94,7 @@ func (m *Manager) recover() error {
 			if err := writeStatus(runDir(&m.cfg, st.RunID), st); err != nil {
 				return fmt.Errorf("run record %s: %w", st.RunID, err)
 			}
+			m.notify(EventExit, st)
 		}
 		m.runs[st.RunID] = r
 	}

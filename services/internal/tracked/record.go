@@ -78,6 +78,12 @@ func (w *boundedWriter) Write(p []byte) (int, error) {
 	return len(p), nil
 }
 
+func (w *boundedWriter) droppedBytes() int64 {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.dropped
+}
+
 const maxOutputChunk = 1 << 20
 
 // readChunk reads up to limit bytes of a stream file from offset.

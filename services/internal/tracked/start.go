@@ -57,6 +57,10 @@ func (m *Manager) Start(ctx context.Context, req StartRequest) (*Status, error) 
 		closeOutput(cmd)
 		_ = m.cg.remove(r.group)
 		_ = os.RemoveAll(dir)
+		if errors.Is(err, unix.E2BIG) {
+			// checkArgSize should have refused it; the request is still what is at fault.
+			return nil, invalid("argv", "exec refused the command line as too long (E2BIG): pass long inputs on stdin or in a file in current/")
+		}
 		return nil, fmt.Errorf("%w: start bwrap: %w", ErrSandbox, err)
 	}
 	r.st.Pid = cmd.Process.Pid
@@ -65,6 +69,7 @@ func (m *Manager) Start(ctx context.Context, req StartRequest) (*Status, error) 
 		_ = os.RemoveAll(dir)
 		return nil, fmt.Errorf("%w: %w", ErrSandbox, m.abandon(cmd, r.group, err))
 	}
+	r.out = [2]*boundedWriter{cmd.Stdout.(*boundedWriter), cmd.Stderr.(*boundedWriter)}
 	if err := m.admit(id, cmd, r, req.Observer); err != nil {
 		release.Close()
 		_ = os.RemoveAll(dir)
@@ -368,6 +373,7 @@ func (m *Manager) supervise(cmd *exec.Cmd, r *run, dir string, req StartRequest)
 	reason, residueErr := r.killReason, r.residueErr
 	m.mu.Unlock()
 	st.Ended = time.Now().UTC()
+	st.StdoutDropped, st.StderrDropped = r.out[0].droppedBytes(), r.out[1].droppedBytes()
 	finish(st, cmd.ProcessState, waitErr, reason, dir)
 	applyEvents(st, events, reason)
 	if evErr != nil {
@@ -396,7 +402,17 @@ func (m *Manager) supervise(cmd *exec.Cmd, r *run, dir string, req StartRequest)
 	m.mu.Lock()
 	r.st = st
 	m.mu.Unlock()
+	m.notify(EventExit, st)
+	// Pruned before the run counts as ended: it is kept (the newest of its session), and older
+	// records are gone by the time a waiter sees it end.
+	m.prune(st.AgentID, st.SessionID)
 	close(r.done)
+}
+
+func (m *Manager) notify(event string, st *Status) {
+	if m.cfg.Notify != nil {
+		m.cfg.Notify(event, st.clone())
+	}
 }
 
 // finish sets state, exit code and signal from bwrap's wait status.
@@ -444,6 +460,29 @@ func joinReason(a, b string) string {
 
 func sortStatuses(s []*Status) {
 	sort.Slice(s, func(i, j int) bool { return s[i].RunID < s[j].RunID })
+}
+
+// Dropped is how many bytes of a run's stream its bound (Config.MaxOutputBytes) has dropped so
+// far: the stream's output was truncated when it is not 0.
+func (m *Manager) Dropped(runID, stream string) (int64, error) {
+	i := 0
+	switch stream {
+	case "stdout":
+	case "stderr":
+		i = 1
+	default:
+		return 0, invalid("stream", "%q: use \"stdout\" or \"stderr\"", stream)
+	}
+	r, err := m.lookup(runID)
+	if err != nil {
+		return 0, err
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if w := r.out[i]; w != nil && r.st.live() {
+		return w.droppedBytes(), nil
+	}
+	return [2]int64{r.st.StdoutDropped, r.st.StderrDropped}[i], nil
 }
 
 // Output reads up to limit bytes (default 64 KiB, at most 1 MiB) of a run's

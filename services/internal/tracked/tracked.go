@@ -85,6 +85,12 @@ const (
 	StatePidsLimit = "pids_limit"
 )
 
+// Events passed to Config.Notify.
+const (
+	EventExit  = "process.exit"
+	EventPrune = "process.prune"
+)
+
 // Workspace holds absolute host paths from the store.
 type Workspace struct {
 	Current  string // the session's current/ (writable, HOME and cwd)
@@ -155,6 +161,10 @@ type Status struct {
 	Reason    string    `json:"reason,omitempty"`
 	// Managed says the run went the managed (unsandboxed) path.
 	Managed bool `json:"managed,omitempty"`
+	// StdoutDropped and StderrDropped are the bytes of each stream beyond Config.MaxOutputBytes,
+	// dropped (set once the run has ended; see Manager.Dropped for a live run).
+	StdoutDropped int64 `json:"stdout_dropped,omitempty"`
+	StderrDropped int64 `json:"stderr_dropped,omitempty"`
 	// Effects is the observer's report on the run (verdict, evidence path), when one watched it.
 	Effects json.RawMessage `json:"effects,omitempty"`
 }

@@ -72,6 +72,9 @@ func validate(req *StartRequest, allowManaged bool) (string, error) {
 			return "", invalid("workspace", "%q: not a directory", p)
 		}
 	}
+	if err := checkArgSize(req, argMax()); err != nil {
+		return "", err
+	}
 	return resolveCwd(ws.Current, req.Cwd)
 }
 

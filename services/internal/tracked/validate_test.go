@@ -138,3 +138,36 @@ func TestCwdDoesNotTellWhetherAHostPathExists(t *testing.T) {
 		t.Errorf("answers differ, so the probe learns whether the host path exists:\n%v\n%v\n%v", errExists, errMissing, errPlain)
 	}
 }
+
+func TestCheckArgSize(t *testing.T) {
+	ws := Workspace{Current: "/w/current", Shared: "/w/shared", AgentDir: "/w"}
+	long := string(make([]byte, maxArgStrlen))
+	tests := []struct {
+		name  string
+		req   StartRequest
+		limit int
+		field string // "" = accepted
+	}{
+		{"small", StartRequest{Argv: []string{"/bin/true"}}, minArgMax, ""},
+		{"one argument too long", StartRequest{Argv: []string{"/bin/echo", long}}, maxArgMax, "argv"},
+		{"one variable too long", StartRequest{Argv: []string{"/bin/true"}, Env: map[string]string{"X": long}}, maxArgMax, "env"},
+		{"total over the limit", StartRequest{Argv: []string{"/bin/echo", long[:60000], long[:60000], long[:60000]}}, minArgMax, "argv"},
+		{"env counts towards the total", StartRequest{Argv: []string{"/bin/echo", long[:100000]}, Env: map[string]string{"X": long[:40000]}}, minArgMax, "argv"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			tt.req.Workspace = ws
+			err := checkArgSize(&tt.req, tt.limit)
+			var ie *InvalidError
+			switch {
+			case tt.field == "" && err != nil:
+				t.Errorf("checkArgSize = %v, want accepted", err)
+			case tt.field != "" && (!errors.As(err, &ie) || ie.Field != tt.field):
+				t.Errorf("checkArgSize = %v, want InvalidError on %q", err, tt.field)
+			}
+		})
+	}
+	if l := argMax(); l < minArgMax || l > maxArgMax {
+		t.Errorf("argMax() = %d, want within [%d, %d]", l, minArgMax, maxArgMax)
+	}
+}

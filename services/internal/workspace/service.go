@@ -11,6 +11,7 @@ import (
 	"sync"
 
 	"github.com/allox-os/allox/internal/limit"
+	"github.com/allox-os/allox/services/internal/audit"
 	"github.com/allox-os/allox/services/internal/fence"
 	"github.com/allox-os/allox/services/internal/store"
 	"github.com/allox-os/allox/services/internal/tracked"
@@ -41,11 +42,26 @@ type Service struct {
 	Policy *Policy
 	// Limits are the sessions' resource limits; nil: none (every session unlimited).
 	Limits *Limits
+	// Audit, if set, receives the events the service causes without a request (the RPC layer
+	// audits requests); see Record.
+	Audit *audit.Log
 	// KillOnRollback is the default for session.rollback's kill_processes
 	// (--kill-session-processes-on-rollback).
 	KillOnRollback bool
 
 	locks sync.Map // agent/session → *sync.Mutex: one state change per session at a time
+}
+
+// Record appends e to the audit log, if there is one, with origin "daemon" unless it names one.
+// A log that cannot be written does not fail what it records.
+func (s *Service) Record(e audit.Entry) {
+	if s.Audit == nil {
+		return
+	}
+	if e.Origin == "" {
+		e.Origin = audit.Daemon
+	}
+	_ = s.Audit.Append(e)
 }
 
 func (s *Service) lock(agent, session string) func() {
@@ -138,17 +154,61 @@ func (s *Service) SessionLimits(agent, session string) (limit.Set, error) {
 // BaselineCheckpoint is the id of the checkpoint made at session creation under the turn policy.
 const BaselineCheckpoint = "baseline"
 
-// DeleteSession deletes a quiet session and forgets its fence and policy.
+// DeleteSession deletes a quiet, unfenced session and forgets its policy. A fenced session is
+// refused with the fence's reason: its state is what the control plane must review, so only
+// session.unfence (host listener) makes it deletable. A fence belongs to the agent/session id and
+// is never dropped by a delete: a session created again with the id of a fenced one starts fenced.
 func (s *Service) DeleteSession(agent, id string) error {
 	defer s.lock(agent, id)()
+	if err := s.Fences.Check(agent, id); err != nil {
+		return err
+	}
 	if n := s.Runs.Active(agent, id); n > 0 {
 		return &BusyError{AgentID: agent, SessionID: id, Live: n, Op: "session.delete"}
 	}
 	if err := s.Store.DeleteSession(agent, id); err != nil {
 		return err
 	}
-	_, err := s.Fences.Unfence(agent, id)
-	return errors.Join(err, s.forgetSession(agent, id))
+	return s.forgetSession(agent, id)
+}
+
+// DeleteCheckpoint deletes a checkpoint of an unfenced session.
+func (s *Service) DeleteCheckpoint(agent, session, id string) error {
+	defer s.lock(agent, session)()
+	if err := s.Fences.Check(agent, session); err != nil {
+		return err
+	}
+	return s.Store.DeleteCheckpoint(agent, session, id)
+}
+
+// Fence fences an existing session for reason. A session that is fenced already keeps its fence
+// (and its evidence): the call is refused with that fence's reason.
+func (s *Service) Fence(agent, session, reason string) (*store.Session, error) {
+	defer s.lock(agent, session)()
+	sess, err := s.Store.GetSession(agent, session)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.Fences.Check(agent, session); err != nil {
+		return nil, err
+	}
+	if err := s.Fences.Fence(agent, session, reason, ""); err != nil {
+		return nil, err
+	}
+	return sess, nil
+}
+
+// Unfence lifts the fence of an existing session (a no-op if it has none).
+func (s *Service) Unfence(agent, session string) (*store.Session, error) {
+	defer s.lock(agent, session)()
+	sess, err := s.Store.GetSession(agent, session)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := s.Fences.Unfence(agent, session); err != nil {
+		return nil, err
+	}
+	return sess, nil
 }
 
 // CreateCheckpoint snapshots the session unless it is fenced.
@@ -201,19 +261,6 @@ func (s *Service) StartProcess(ctx context.Context, req tracked.StartRequest) (*
 	}
 	req.Workspace = tracked.Workspace{Current: current, Shared: shared, AgentDir: agentDir}
 	return s.Runs.Start(ctx, req)
-}
-
-// EndTurn records the end of an agent turn; after a successful turn, with the policy on, the session
-// is checkpointed as "turn-<turn_id>". It returns the checkpoint, or nil when none was made.
-func (s *Service) EndTurn(agent, session, turn string, success bool) (*store.Checkpoint, error) {
-	if _, err := s.Store.GetSession(agent, session); err != nil {
-		return nil, err
-	}
-	if !success || !s.Policy.Enabled(agent, session) {
-		return nil, nil
-	}
-	opt := store.CheckpointOptions{Labels: map[string]string{"allox.kind": "turn", "allox.turn": turn}}
-	return s.CreateCheckpoint(agent, session, "turn-"+turn, opt)
 }
 
 // CreateAgent creates the agent and records its turn policy when one is given.

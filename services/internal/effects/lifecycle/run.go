@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/allox-os/allox/internal/rpc"
+	"github.com/allox-os/allox/services/internal/audit"
 	"github.com/allox-os/allox/services/internal/effects/scrub"
 	"github.com/allox-os/allox/services/internal/effects/verdict"
 	"github.com/allox-os/allox/services/internal/tracked"
@@ -134,7 +135,13 @@ func (ro *runObserver) fence() {
 	if err := ro.currentFault(); err != nil {
 		reason += ": " + err.Error()
 	}
-	_ = ro.p.ws.Fences.Fence(ro.agent, ro.session, reason, ro.dir)
+	err := ro.p.ws.Fences.Fence(ro.agent, ro.session, reason, ro.dir)
+	e := audit.Entry{Action: rpc.ActionSessionFence, AgentID: ro.agent, SessionID: ro.session, RunID: ro.runID,
+		Outcome: audit.OK, Detail: reason + " (evidence: " + ro.dir + ")"}
+	if err != nil {
+		e.Outcome, e.Error = "internal", err.Error()
+	}
+	ro.p.ws.Record(e)
 }
 
 func (ro *runObserver) done() {
