@@ -158,6 +158,7 @@ func (s *Store) DeleteSession(agentID, id string) error {
 		return fmt.Errorf("%s: %w", op, err)
 	}
 	s.audit(op, agentID, id, "", "")
+	s.quotaForget(agentID, id)
 	return s.journalRemove(t)
 }
 

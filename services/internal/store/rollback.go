@@ -67,6 +67,9 @@ func (s *Store) Rollback(ctx context.Context, agentID, sessionID, checkpointID s
 	if t.NewID, err = subvolIDAt(d, t.Tmp); err != nil {
 		return nil, s.abort(t, op, err)
 	}
+	if err := s.quotaAssign(agentID, sessionID, d, t.Tmp); err != nil {
+		return nil, s.abort(t, op, err)
+	}
 	if err := ctx.Err(); err != nil {
 		return nil, s.abort(t, op, err)
 	}
