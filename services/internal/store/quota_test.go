@@ -157,3 +157,124 @@ func waitCleaner(t *testing.T, s *Store) {
 		t.Fatalf("btrfs subvolume sync: %v: %s", err, out)
 	}
 }
+
+// With every agent's write refused (the all-agents qgroup at its limit), the daemon's state still
+// takes writes, and checkpoint.delete, session.rollback, session.delete, agent.delete and a
+// restart all work and give the space back.
+func TestQuotaStoreFull(t *testing.T) {
+	s, root, state := quotaStore(t, QuotaConfig{Reserve: 256 * mib})
+	for _, a := range []string{"a", "b"} {
+		_, err := s.CreateAgent(a)
+		mustDo(t, "agent "+a, err)
+	}
+	s1, err := s.CreateSession("a", "s1")
+	mustDo(t, "s1", err)
+	s2, err := s.CreateSession("a", "s2")
+	mustDo(t, "s2", err)
+	_, err = s.CreateSession("b", "sb")
+	mustDo(t, "sb", err)
+	_, err = s.CreateCheckpoint("a", "s1", "before", CheckpointOptions{})
+	mustDo(t, "checkpoint before", err)
+
+	out, err := fill(filepath.Join(s1.Current, "fill"), 2048)
+	if err == nil || !strings.Contains(out, "Disk quota exceeded") {
+		t.Fatalf("filling the store from one session: %v, want EDQUOT (the all-agents limit) before ENOSPC\n%s", err, out)
+	}
+	if out, err := fill(filepath.Join(s2.Current, "more"), 8); err == nil {
+		t.Fatalf("another session wrote 8 MiB into a full store:\n%s", out)
+	}
+	// The reserve is the state's: 64 MiB of state writes succeed.
+	mustDo(t, "state write", os.WriteFile(filepath.Join(state, "big"), make([]byte, 64*mib), 0o600))
+	mustDo(t, "state fsync", unix.Syncfs(s.fd()))
+	mustDo(t, "state remove", os.Remove(filepath.Join(state, "big")))
+
+	_, err = s.CreateCheckpoint("a", "s1", "full", CheckpointOptions{})
+	mustDo(t, "checkpoint of a full store", err)
+	mustDo(t, "checkpoint.delete", s.DeleteCheckpoint("a", "s1", "full"))
+	_, err = s.Rollback(context.Background(), "a", "s1", "before")
+	mustDo(t, "session.rollback", err)
+	mustDo(t, "session.delete", s.DeleteSession("a", "s2"))
+	mustDo(t, "session.delete sb", s.DeleteSession("b", "sb"))
+	mustDo(t, "agent.delete", s.DeleteAgent("b"))
+
+	mustDo(t, "close", s.Close())
+	s = reopenQuota(t, root, state, QuotaConfig{Reserve: 256 * mib})
+	waitCleaner(t, s)
+	if q := usage(t, s, "a", "s1"); q.Used > mib {
+		t.Errorf("s1 after rollback to its empty checkpoint: used %d, want < 1 MiB", q.Used)
+	}
+	mustDo(t, "limit all agents", s.limitAllAgents())
+	if out, err := fill(filepath.Join(s1.Current, "again"), 64); err != nil {
+		t.Errorf("writing after the space was freed: %v\n%s", err, out)
+	}
+}
+
+// Limits are the kernel's and the state's, so they survive a restart with other defaults; a store
+// opened without EnableQuota (the observer's recover) still puts what it creates into the qgroups.
+func TestQuotaLimitsSurviveRestart(t *testing.T) {
+	s, root, state := quotaStore(t, QuotaConfig{Session: 512 * mib, Agent: 100 * mib})
+	_, err := s.CreateAgent("a")
+	mustDo(t, "agent", err)
+	sess, err := s.CreateSessionWith("a", "s", SessionOptions{Quota: 40 * mib})
+	mustDo(t, "session", err)
+	_, err = s.CreateCheckpoint("a", "s", "c", CheckpointOptions{})
+	mustDo(t, "checkpoint", err)
+	mustDo(t, "close", s.Close())
+
+	s, err = Open(root, state) // no EnableQuota, as the recover binary opens it
+	mustDo(t, "open", err)
+	_, err = s.Rollback(context.Background(), "a", "s", "c")
+	mustDo(t, "rollback", err)
+	if out, err := fill(filepath.Join(sess.Current, "fill"), 64); err == nil || !strings.Contains(out, "Disk quota exceeded") {
+		t.Errorf("64 MiB into the 40 MiB session after a rollback by a store without EnableQuota: %v\n%s", err, out)
+	}
+	mustDo(t, "close", s.Close())
+
+	s = reopenQuota(t, root, state, QuotaConfig{Session: 1 << 30})
+	if q := usage(t, s, "a", "s"); q.Limit != 40*mib || q.Qgroup[:2] != "1/" {
+		t.Errorf("session quota after restart = %+v, want limit 40 MiB", q)
+	}
+	if q, ok, err := s.AgentQuota("a"); err != nil || !ok || q.Limit != 100*mib || q.Qgroup[:2] != "2/" {
+		t.Errorf("agent quota after restart = %+v %v %v, want limit 100 MiB", q, ok, err)
+	}
+	_, err = s.CreateSession("a", "new")
+	mustDo(t, "new session", err)
+	if q := usage(t, s, "a", "new"); q.Limit != 1<<30 {
+		t.Errorf("a new session's limit = %d, want the new default 1 GiB", q.Limit)
+	}
+}
+
+// Usage grows with writes, not with checkpoints (a snapshot is charged its root node only), grows
+// when data a checkpoint holds is overwritten, and shrinks when that checkpoint is deleted.
+func TestQuotaUsageGrowsAndShrinks(t *testing.T) {
+	s, _, _ := quotaStore(t, QuotaConfig{})
+	_, err := s.CreateAgent("a")
+	mustDo(t, "agent", err)
+	sess, err := s.CreateSession("a", "s")
+	mustDo(t, "session", err)
+	f := filepath.Join(sess.Current, "data")
+	near := func(what string, got Quota, want int64) {
+		t.Helper()
+		if got.Used < want || got.Used > want+mib {
+			t.Errorf("%s: used %d, want %d (+ up to 1 MiB of metadata)", what, got.Used, want)
+		}
+	}
+	near("empty", usage(t, s, "a", "s"), 0)
+	_, err = fill(f, 8)
+	mustDo(t, "write", err)
+	near("8 MiB written", usage(t, s, "a", "s"), 8*mib)
+	_, err = s.CreateCheckpoint("a", "s", "c", CheckpointOptions{})
+	mustDo(t, "checkpoint", err)
+	near("after a checkpoint", usage(t, s, "a", "s"), 8*mib)
+	_, err = fill(f, 8) // dd truncates: new extents, the checkpoint keeps the old ones
+	mustDo(t, "overwrite", err)
+	near("overwritten under a checkpoint", usage(t, s, "a", "s"), 16*mib)
+	if q, _, _ := s.AgentQuota("a"); q.Used < 16*mib {
+		t.Errorf("agent usage %d below its session's", q.Used)
+	}
+	mustDo(t, "delete checkpoint", s.DeleteCheckpoint("a", "s", "c"))
+	waitCleaner(t, s)
+	near("checkpoint deleted", usage(t, s, "a", "s"), 8*mib)
+	mustDo(t, "rm", os.Remove(f))
+	near("file removed", usage(t, s, "a", "s"), 0)
+}
