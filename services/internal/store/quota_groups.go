@@ -118,6 +118,20 @@ func (s *Store) quotaAssignNew(agentID, sessionID string, limit int64) error {
 	return s.quotaAssignLimit(agentID, sessionID, int(dir.Fd()), "current", limit, false)
 }
 
+// quotaFreed runs after a subvolume delete. A deleted subvolume gives its space back only when
+// Btrfs's cleaner has reclaimed it, which it does after the next commit (up to 30 s later): when
+// the agents' qgroup is within a tenth of its limit, commit now and wake the cleaner.
+func (s *Store) quotaFreed() {
+	if st, _ := s.quotaState(); st == nil {
+		return
+	}
+	u, err := readQgroup(s.fd(), allAgents)
+	if err != nil || u.Limit == 0 || u.Referenced < u.Limit-u.Limit/10 {
+		return
+	}
+	fsSync(s.fd())
+}
+
 // quotaForget marks the qgroup of a deleted session (sessionID != "") or agent as dead and
 // destroys every dead qgroup that is empty. A dead session's qgroup stays in its agent's until
 // the cleaner has freed its last extent: until then that space is not free.

@@ -98,6 +98,7 @@ func (s *Store) Rollback(ctx context.Context, agentID, sessionID, checkpointID s
 	case mode == DeleteLater:
 	default:
 		if err := subvolDelete(d, t.Tmp); err == nil {
+			s.quotaFreed()
 			if err := s.journalRemove(t); err != nil {
 				return nil, fmt.Errorf("%s: %w", op, err)
 			}
