@@ -4,8 +4,8 @@ import (
 	"encoding/json"
 	"strings"
 	"syscall"
-	"time"
 	"testing"
+	"time"
 
 	"github.com/allox-os/allox/internal/rpc"
 )
