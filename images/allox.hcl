@@ -65,9 +65,15 @@ service "workspace-daemon" {
   }
   # The runs' resource limits. A session's bound all its runs together; a run's are capped by its
   # session's; session.create may override the session's within max_limits. All runs together leave
-  # runs_memory_reserve of the guest's memory to init, this daemon and the kata-agent.
+  # runs_memory_reserve of the guest's memory to init, this daemon and the kata-agent. The store's
+  # space (Btrfs simple quotas): every session and agent has a quota, session.create may ask for up
+  # to max_session_quota, and all agents together leave store_reserve free for the daemon's state.
   sandbox {
     runs_memory_reserve = "192MiB"
+    session_quota       = "8GiB"
+    agent_quota         = "32GiB"
+    max_session_quota   = "64GiB"
+    store_reserve       = "128MiB"
     session_limits {
       pids_max        = 4096
       memory_max      = "4GiB"

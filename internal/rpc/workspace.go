@@ -52,6 +52,17 @@ type Agent struct {
 	Workspace       string    `json:"workspace"`
 	Shared          string    `json:"shared"`
 	TurnCheckpoints bool      `json:"turn_checkpoints"`
+	// Quota is the agent's space limit and usage (all its sessions); absent with quotas off.
+	Quota *Quota `json:"quota,omitempty"`
+}
+
+// Quota is a space limit and its usage, in bytes, of one Btrfs qgroup of the store.
+type Quota struct {
+	Qgroup string `json:"qgroup"`          // e.g. "1/3"
+	Limit  int64  `json:"limit,omitempty"` // absent: none
+	// Used is what the qgroup is charged, as of the store's last transaction commit (at most 30 s
+	// old): every byte its subvolumes wrote that one of them still holds.
+	Used int64 `json:"used"`
 }
 
 // Session is a second-level Session Workspace with its status.
@@ -67,6 +78,9 @@ type Session struct {
 	// Limits are the session's effective limits (the image's defaults with session.create's
 	// overrides); absent when the daemon applies none.
 	Limits *limit.Set `json:"limits,omitempty"`
+	// Quota is the session's space limit and usage (current/ and all its checkpoints); absent
+	// with quotas off.
+	Quota *Quota `json:"quota,omitempty"`
 	// CgroupFiles are the session group's limit and usage files as the kernel reports them
 	// ("pids.max", "memory.max", "memory.swap.max", "cpu.weight", "pids.current", "pids.peak",
 	// "memory.current", "memory.peak"); those that do not exist are left out, all of them until

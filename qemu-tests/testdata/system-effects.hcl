@@ -74,6 +74,10 @@ service "workspace-daemon" {
   sandbox {
     managed_execution = true
     runs_memory_reserve = "192MiB"
+    session_quota       = "8GiB"
+    agent_quota         = "32GiB"
+    max_session_quota   = "64GiB"
+    store_reserve       = "128MiB"
     session_limits {
       pids_max        = 4096
       memory_max      = "4GiB"

@@ -155,6 +155,15 @@ func openWorkspace(cfg daemon.Config) (*workspace.Service, error) {
 	if err != nil {
 		return nil, err
 	}
+	var quota *workspace.Quota
+	if cfg.QuotasOn() {
+		qc := store.QuotaConfig{Session: cfg.SessionQuota, Agent: cfg.AgentQuota, Reserve: cfg.StoreReserve}
+		if err := st.EnableQuota(qc); err != nil {
+			st.Close()
+			return nil, fmt.Errorf("--session-quota/--agent-quota/--store-reserve: %w", err)
+		}
+		quota = &workspace.Quota{Session: cfg.SessionQuota, MaxSession: cfg.MaxSessionQuota}
+	}
 	// The state dir is traversable (not listable) for the runs' records dir, where bwrap, already
 	// the run's unprivileged uid, binds a run's private /tmp from; every record in it is 0600.
 	if err := os.Chmod(cfg.State, 0o711); err != nil {
@@ -180,7 +189,7 @@ func openWorkspace(cfg daemon.Config) (*workspace.Service, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &workspace.Service{Store: st, Runs: runs, Fences: fences, Policy: policy, Limits: limits, Audit: log, KillOnRollback: cfg.KillOnRollback}, nil
+	return &workspace.Service{Store: st, Runs: runs, Fences: fences, Policy: policy, Limits: limits, Quota: quota, Audit: log, KillOnRollback: cfg.KillOnRollback}, nil
 }
 
 // auditRun records what happens to runs without a request (their exit, the pruning of their

@@ -19,6 +19,26 @@ type Sandbox struct {
 	MaxLimits     limit.Set `json:"max_limits"`
 	// RunsMemoryReserve (bytes) is what all runs together leave to the control plane.
 	RunsMemoryReserve int64 `json:"runs_memory_reserve"`
+	// The store's space limits (bytes; Btrfs simple quotas, on when any is set): every session's
+	// and agent's quota, the bound of session.create's quota, and what all agents together leave
+	// free for the daemon's state: --session-quota, --agent-quota, --max-session-quota,
+	// --store-reserve.
+	SessionQuota    int64 `json:"session_quota"`
+	AgentQuota      int64 `json:"agent_quota"`
+	MaxSessionQuota int64 `json:"max_session_quota"`
+	StoreReserve    int64 `json:"store_reserve"`
+}
+
+// quotaAttrs are the sandbox block's quota attributes with their daemon flags, in render order.
+func (s *Sandbox) quotaAttrs() []struct {
+	attr, flag string
+	v          *int64
+} {
+	return []struct {
+		attr, flag string
+		v          *int64
+	}{{"session_quota", "session-quota", &s.SessionQuota}, {"agent_quota", "agent-quota", &s.AgentQuota},
+		{"max_session_quota", "max-session-quota", &s.MaxSessionQuota}, {"store_reserve", "store-reserve", &s.StoreReserve}}
 }
 
 // DaemonPackage is the build package of the workspace daemon, the only service a sandbox block
@@ -26,8 +46,9 @@ type Sandbox struct {
 const DaemonPackage = "./services/workspace-daemon"
 
 var sandboxSchema = &hcl.BodySchema{
-	Attributes: []hcl.AttributeSchema{{Name: "managed_execution"}, {Name: "runs_memory_reserve"}},
-	Blocks:     []hcl.BlockHeaderSchema{{Type: "session_limits"}, {Type: "run_limits"}, {Type: "max_limits"}},
+	Attributes: []hcl.AttributeSchema{{Name: "managed_execution"}, {Name: "runs_memory_reserve"},
+		{Name: "session_quota"}, {Name: "agent_quota"}, {Name: "max_session_quota"}, {Name: "store_reserve"}},
+	Blocks: []hcl.BlockHeaderSchema{{Type: "session_limits"}, {Type: "run_limits"}, {Type: "max_limits"}},
 }
 
 var limitsSchema = &hcl.BodySchema{
@@ -42,6 +63,12 @@ func (d *decoder) decodeSandbox(key string, b *hcl.Block) *Sandbox {
 	var reserve string
 	if attr(d, c, key, "runs_memory_reserve", &reserve) {
 		s.RunsMemoryReserve = d.size(key+".runs_memory_reserve", reserve)
+	}
+	for _, q := range s.quotaAttrs() {
+		var v string
+		if attr(d, c, key, q.attr, &v) {
+			*q.v = d.size(key+"."+q.attr, v)
+		}
 	}
 	for _, l := range []struct {
 		typ string

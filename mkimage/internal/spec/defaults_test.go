@@ -100,7 +100,8 @@ func TestManifest(t *testing.T) {
 		"--session-limits=pids_max=4096,memory_max=4294967296,memory_swap_max=0,cpu_weight=100",
 		"--run-limits=pids_max=1024,memory_max=2147483648,memory_swap_max=0,cpu_weight=100",
 		"--max-limits=pids_max=16384,memory_max=17179869184,memory_swap_max=4294967296,cpu_weight=10000",
-		"--runs-memory-reserve=201326592")
+		"--runs-memory-reserve=201326592",
+		"--session-quota=8589934592", "--agent-quota=34359738368", "--max-session-quota=68719476736", "--store-reserve=134217728")
 	if diff := cmp.Diff(want, m); diff != "" {
 		t.Errorf("Manifest mismatch (-want +got):\n%s", diff)
 	}

@@ -213,6 +213,13 @@ func TestParseErrors(t *testing.T) {
 			`38:20: Invalid size: a size is bytes or a whole number of KiB, MiB, GiB or TiB, e.g. "512MiB", "4GiB" or "1048576"; got "2 gigs".`,
 		},
 	}, {
+		name: "sandbox quota above the maximum and too small",
+		edit: []string{`command = ["/bin/daemon"]`, `build   = "./services/workspace-daemon"` + "\n  command = [\"/bin/daemon\"]\n  sandbox {\n    session_quota = \"8GiB\"\n    max_session_quota = \"4GiB\"\n    store_reserve = \"1KiB\"\n  }"},
+		want: []string{
+			`35:21: Default above the maximum: session_quota (8GiB) is above max_session_quota (4GiB, test.hcl:36,25-31); lower the default or raise max_session_quota.`,
+			`37:21: Quota too small: store_reserve is 1024 bytes; give at least 1MiB (sizes take KiB, MiB, GiB, TiB).`,
+		},
+	}, {
 		name: "sandbox block on another service",
 		edit: []string{`command = ["/bin/store"]`, `command = ["/bin/store"]` + "\n  sandbox {\n    managed_execution = true\n  }"},
 		want: []string{`30:3: Sandbox block on another service: a sandbox block configures the workspace daemon's runs (build = "./services/workspace-daemon"); service "store" is not built from it: move the block to the daemon's service block.`},

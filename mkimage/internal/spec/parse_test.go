@@ -87,6 +87,10 @@ func wantDefault(t *testing.T) *Image {
 			Build: "./services/workspace-daemon",
 			Sandbox: &Sandbox{
 				RunsMemoryReserve: 192 << 20,
+				SessionQuota:      8 << 30,
+				AgentQuota:        32 << 30,
+				MaxSessionQuota:   64 << 30,
+				StoreReserve:      128 << 20,
 				SessionLimits:     limit.Set{PidsMax: 4096, MemoryMax: 4 << 30, MemorySwapMax: limit.Int64(0), CPUWeight: 100},
 				RunLimits:         limit.Set{PidsMax: 1024, MemoryMax: 2 << 30, MemorySwapMax: limit.Int64(0), CPUWeight: 100},
 				MaxLimits:         limit.Set{PidsMax: 16384, MemoryMax: 16 << 30, MemorySwapMax: limit.Int64(4 << 30), CPUWeight: 10000},

@@ -15,6 +15,10 @@ var sandboxFlags = map[string]string{
 	"run-limits":          "run_limits { ... }",
 	"max-limits":          "max_limits { ... }",
 	"runs-memory-reserve": `runs_memory_reserve = "192MiB"`,
+	"session-quota":       `session_quota = "8GiB"`,
+	"agent-quota":         `agent_quota = "32GiB"`,
+	"max-session-quota":   `max_session_quota = "64GiB"`,
+	"store-reserve":       `store_reserve = "256MiB"`,
 }
 
 // Flags are the daemon flags the sandbox block renders, in a fixed order.
@@ -37,6 +41,11 @@ func (s *Sandbox) Flags() []string {
 	if s.RunsMemoryReserve > 0 {
 		out = append(out, "--runs-memory-reserve="+strconv.FormatInt(s.RunsMemoryReserve, 10))
 	}
+	for _, q := range s.quotaAttrs() {
+		if *q.v > 0 {
+			out = append(out, "--"+q.flag+"="+strconv.FormatInt(*q.v, 10))
+		}
+	}
 	return out
 }
 
@@ -58,6 +67,16 @@ func (d *decoder) validateSandbox(key string, s Service) {
 	if s.Build != DaemonPackage {
 		d.errorf(key, "Sandbox block on another service",
 			"a sandbox block configures the workspace daemon's runs (build = %q); service %q is not built from it: move the block to the daemon's service block.", DaemonPackage, s.Name)
+	}
+	if sb.MaxSessionQuota > 0 && sb.SessionQuota > sb.MaxSessionQuota {
+		d.errorf(key+".session_quota", "Default above the maximum",
+			"session_quota (%s) is above max_session_quota (%s, %s); lower the default or raise max_session_quota.",
+			limit.FormatSize(sb.SessionQuota), limit.FormatSize(sb.MaxSessionQuota), d.at(key+".max_session_quota"))
+	}
+	for _, q := range sb.quotaAttrs() {
+		if *q.v > 0 && *q.v < 1<<20 {
+			d.errorf(key+"."+q.attr, "Quota too small", "%s is %d bytes; give at least 1MiB (sizes take KiB, MiB, GiB, TiB).", q.attr, *q.v)
+		}
 	}
 	for _, l := range []struct {
 		block string

@@ -13,7 +13,10 @@ import (
 
 // New makes a 1 GiB Btrfs image below parent ("" = the system temp dir), mounts it and returns the
 // mount point and a cleanup that unmounts and removes it. It is for TestMain; tests use Mount.
-func New(parent string) (mnt string, cleanup func(), err error) {
+func New(parent string) (mnt string, cleanup func(), err error) { return NewSize(parent, "1G") }
+
+// NewSize is New with an image of size bytes (truncate(1) syntax, e.g. "4G").
+func NewSize(parent, size string) (mnt string, cleanup func(), err error) {
 	nop := func() {}
 	if why := missing(); why != "" {
 		return "", nop, errors.New(why)
@@ -30,7 +33,7 @@ func New(parent string) (mnt string, cleanup func(), err error) {
 		rm()
 		return "", nop, err
 	}
-	for _, argv := range [][]string{{"truncate", "-s", "1G", img}, {"mkfs.btrfs", "-q", img}, {"mkdir", mnt}, {"mount", "-o", "loop", img, mnt}} {
+	for _, argv := range [][]string{{"truncate", "-s", size, img}, {"mkfs.btrfs", "-q", img}, {"mkdir", mnt}, {"mount", "-o", "loop", img, mnt}} {
 		if out, err := exec.Command(argv[0], argv[1:]...).CombinedOutput(); err != nil {
 			rm()
 			return "", nop, fmt.Errorf("%v: %v: %s", argv, err, out)

@@ -85,6 +85,16 @@ type Config struct {
 	// MemTotal minus it). The image spec's sandbox block renders them.
 	SessionLimits, RunLimits, MaxLimits limit.Set
 	RunsMemoryReserve                   int64
+	// SessionQuota and AgentQuota (bytes) are every session's and agent's space limit on the store,
+	// MaxSessionQuota the bound of session.create's quota, StoreReserve what all agents together
+	// leave free for the daemon's state. Any of them turns Btrfs simple quotas on. The image
+	// spec's sandbox block renders them.
+	SessionQuota, AgentQuota, MaxSessionQuota, StoreReserve int64
+}
+
+// QuotasOn reports whether the store's space limits are on.
+func (c Config) QuotasOn() bool {
+	return c.SessionQuota > 0 || c.AgentQuota > 0 || c.MaxSessionQuota > 0 || c.StoreReserve > 0
 }
 
 // Where the system-effects plugin's programs and their hash pins are installed in the image.
@@ -142,6 +152,13 @@ func ParseFlags(args []string, stderr io.Writer) (Config, error) {
 		c.RunsMemoryReserve, err = limit.ParseSize(v)
 		return err
 	})
+	sizeFlag := func(dst *int64) func(string) error {
+		return func(v string) (err error) { *dst, err = limit.ParseSize(v); return err }
+	}
+	fset.Func("session-quota", "every session's space `limit` on the store (current/ and its checkpoints), e.g. 8GiB; turns Btrfs simple quotas on", sizeFlag(&c.SessionQuota))
+	fset.Func("agent-quota", "every agent's space `limit` on the store (all its sessions), e.g. 32GiB; turns Btrfs simple quotas on", sizeFlag(&c.AgentQuota))
+	fset.Func("max-session-quota", "the largest `size` session.create's quota may ask for, e.g. 64GiB (default: --session-quota)", sizeFlag(&c.MaxSessionQuota))
+	fset.Func("store-reserve", "`size` all agents together leave free on the store for the daemon's state, e.g. 256MiB; turns Btrfs simple quotas on", sizeFlag(&c.StoreReserve))
 	if err := fset.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return c, err
@@ -276,6 +293,9 @@ func (c Config) validateLimits() []error {
 		for _, e := range f.set.Within(c.MaxLimits) {
 			errs = append(errs, fmt.Errorf("%s %s of --max-limits: lower the default or raise the maximum", f.flag, e))
 		}
+	}
+	if c.MaxSessionQuota > 0 && c.SessionQuota > c.MaxSessionQuota {
+		errs = append(errs, fmt.Errorf("--session-quota %d is above --max-session-quota %d: lower the default or raise the maximum", c.SessionQuota, c.MaxSessionQuota))
 	}
 	if c.RunsMemoryReserve < 0 {
 		errs = append(errs, fmt.Errorf("--runs-memory-reserve %d is negative: give a size such as 192MiB, or 0 for no reserve", c.RunsMemoryReserve))

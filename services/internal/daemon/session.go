@@ -18,15 +18,23 @@ func (h workspaceHandlers) sessionCreate(_ context.Context, c *Call) (any, error
 		SessionID       string          `json:"session_id"`
 		TurnCheckpoints *bool           `json:"turn_checkpoints"`
 		Limits          json.RawMessage `json:"limits"`
+		Quota           *int64          `json:"quota"`
 	}
 	if err := rpc.DecodeParams(c.Params, &p); err != nil {
 		return nil, err
+	}
+	var quota int64
+	if p.Quota != nil {
+		if *p.Quota <= 0 {
+			return nil, rpc.Errorf(rpc.CodeInvalidParams, "params.quota", "params.quota: %d is not a quota; give bytes, or leave quota out for the image's default", *p.Quota)
+		}
+		quota = *p.Quota
 	}
 	limits, err := limitsParam(p.Limits)
 	if err != nil {
 		return nil, err
 	}
-	s, err := h.w.CreateSessionWith(p.AgentID, p.SessionID, workspace.SessionOptions{TurnCheckpoints: p.TurnCheckpoints, Limits: limits})
+	s, err := h.w.CreateSessionWith(p.AgentID, p.SessionID, workspace.SessionOptions{TurnCheckpoints: p.TurnCheckpoints, Limits: limits, Quota: quota})
 	if err != nil {
 		return nil, err
 	}
@@ -128,10 +136,17 @@ func (h workspaceHandlers) session(s *store.Session) rpc.Session {
 			out.Limits = &l
 		}
 	}
+	if q, ok, err := h.w.Store.SessionQuota(s.AgentID, s.ID); err == nil && ok {
+		out.Quota = wireQuota(q)
+	}
 	if files := h.w.Runs.GroupFiles(s.AgentID, s.ID, ""); len(files) > 0 {
 		out.CgroupFiles = files
 	}
 	return out
+}
+
+func wireQuota(q store.Quota) *rpc.Quota {
+	return &rpc.Quota{Qgroup: q.Qgroup, Limit: q.Limit, Used: q.Used}
 }
 
 // limitsParam decodes session.create's limits into a limit.Set; an unknown key, a value of the

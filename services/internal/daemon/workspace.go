@@ -112,6 +112,10 @@ func (h workspaceHandlers) agentDelete(_ context.Context, c *Call) (any, error) 
 }
 
 func (h workspaceHandlers) agent(a *store.Agent) rpc.Agent {
-	return rpc.Agent{AgentID: a.ID, Created: a.Created, Workspace: a.Workspace, Shared: a.Shared,
+	out := rpc.Agent{AgentID: a.ID, Created: a.Created, Workspace: a.Workspace, Shared: a.Shared,
 		TurnCheckpoints: h.w.Policy.Enabled(a.ID, "")}
+	if q, ok, err := h.w.Store.AgentQuota(a.ID); err == nil && ok {
+		out.Quota = wireQuota(q)
+	}
+	return out
 }

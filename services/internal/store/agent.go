@@ -44,6 +44,9 @@ func (s *Store) CreateAgent(id string) (*Agent, error) {
 			return nil, fmt.Errorf("%s: %w", op, err)
 		}
 	}
+	if _, err := s.agentQgroup(id, false); err != nil {
+		return nil, fmt.Errorf("%s: %w", op, err)
+	}
 	rec := &agentRec{Created: time.Now().UTC(), Sessions: map[string]*sessionRec{}}
 	if err := s.update(func(ix *index) error { ix.Agents[id] = rec; return nil }); err != nil {
 		return nil, fmt.Errorf("%s: %w", op, err)
@@ -113,6 +116,7 @@ func (s *Store) DeleteAgent(id string) error {
 	// os.RemoveAll never follows symlinks; a leftover .deleted-* tree is removed at next Open.
 	os.RemoveAll(s.abs("agents/" + trash))
 	s.audit(op, id, "", "", "")
+	s.quotaForget(id, "")
 	return nil
 }
 

@@ -109,6 +109,9 @@ func (s *Store) CreateCheckpoint(agentID, sessionID, id string, opt CheckpointOp
 	if err := snapshot(int(cur.Fd()), int(cps.Fd()), id, true); err != nil {
 		return nil, s.abort(t, op, err)
 	}
+	if err := s.quotaAssign(agentID, sessionID, int(cps.Fd()), id); err != nil {
+		return nil, s.abort(t, op, err)
+	}
 	if err := s.step(t, stepCpIndex); err != nil {
 		return nil, s.abort(t, op, err)
 	}

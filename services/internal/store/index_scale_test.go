@@ -32,7 +32,7 @@ func BenchmarkSharedIndex(b *testing.B) {
 			for range b.N {
 				s, _, state := newStore(b)
 				base := pairTimes(b, s, samples)
-				fill(b, s, agents, checkpoints, tc.labels)
+				fillIndex(b, s, agents, checkpoints, tc.labels)
 				fi, err := os.Stat(filepath.Join(state, indexFile))
 				if err != nil {
 					b.Fatal(err)
@@ -47,7 +47,7 @@ func BenchmarkSharedIndex(b *testing.B) {
 }
 
 // fill puts agents × checkpoints records in the index, as other agents' state would be.
-func fill(b *testing.B, s *Store, agents, checkpoints int, labels map[string]string) {
+func fillIndex(b *testing.B, s *Store, agents, checkpoints int, labels map[string]string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	err := s.update(func(ix *index) error {

@@ -157,6 +157,7 @@ func (s *Store) deleteOld(t *txn) error {
 		if err := subvolDelete(int(dir.Fd()), t.Tmp); err != nil {
 			return err
 		}
+		s.quotaFreed()
 	}
 	return s.journalRemove(t)
 }

@@ -63,6 +63,7 @@ func (s *Store) DeleteCheckpoint(agentID, sessionID, id string) error {
 	if err := subvolDelete(int(cps.Fd()), id); err != nil {
 		return fmt.Errorf("%s: checkpoint forgotten, snapshot left for cleanup at next start: %w", op, err)
 	}
+	s.quotaFreed()
 	s.audit(op, agentID, sessionID, id, "")
 	return nil
 }
@@ -158,6 +159,8 @@ func (s *Store) DeleteSession(agentID, id string) error {
 		return fmt.Errorf("%s: %w", op, err)
 	}
 	s.audit(op, agentID, id, "", "")
+	s.quotaFreed()
+	s.quotaForget(agentID, id)
 	return s.journalRemove(t)
 }
 

@@ -67,6 +67,9 @@ func (s *Store) Rollback(ctx context.Context, agentID, sessionID, checkpointID s
 	if t.NewID, err = subvolIDAt(d, t.Tmp); err != nil {
 		return nil, s.abort(t, op, err)
 	}
+	if err := s.quotaAssign(agentID, sessionID, d, t.Tmp); err != nil {
+		return nil, s.abort(t, op, err)
+	}
 	if err := ctx.Err(); err != nil {
 		return nil, s.abort(t, op, err)
 	}
@@ -95,6 +98,7 @@ func (s *Store) Rollback(ctx context.Context, agentID, sessionID, checkpointID s
 	case mode == DeleteLater:
 	default:
 		if err := subvolDelete(d, t.Tmp); err == nil {
+			s.quotaFreed()
 			if err := s.journalRemove(t); err != nil {
 				return nil, fmt.Errorf("%s: %w", op, err)
 			}

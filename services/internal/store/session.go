@@ -42,6 +42,17 @@ func (s *Store) findSession(op, agentID, id string) (*sessionRec, error) {
 // CreateSession creates the session's current/ subvolume and its empty checkpoints/.
 // It is journaled; recovery removes a session that did not reach the index.
 func (s *Store) CreateSession(agentID, id string) (*Session, error) {
+	return s.CreateSessionWith(agentID, id, SessionOptions{})
+}
+
+// SessionOptions are the optional parts of a session.
+type SessionOptions struct {
+	// Quota is the session's space limit in bytes with quotas on (EnableQuota); 0: the default.
+	Quota int64
+}
+
+// CreateSessionWith is CreateSession with options.
+func (s *Store) CreateSessionWith(agentID, id string, opt SessionOptions) (*Session, error) {
 	const op = "session.create"
 	if err := s.checkNewSession(op, agentID, id); err != nil {
 		return nil, err
@@ -64,6 +75,9 @@ func (s *Store) CreateSession(agentID, id string) (*Session, error) {
 		return nil, s.abort(t, op, err)
 	}
 	if err := s.makeSessionTree(rel); err != nil {
+		return nil, s.abort(t, op, err)
+	}
+	if err := s.quotaAssignNew(agentID, id, opt.Quota); err != nil {
 		return nil, s.abort(t, op, err)
 	}
 	if err := s.step(t, stepSessIndex); err != nil {

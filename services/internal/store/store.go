@@ -32,6 +32,8 @@ type Store struct {
 
 	deleteMode DeleteMode // see SetDeleteMode
 	reaper     *reaper    // with DeleteInBackground
+
+	quota quotas // see quota.go
 }
 
 // Open opens the store at root (which must be on Btrfs) with its state in stateDir, which must

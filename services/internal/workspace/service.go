@@ -48,6 +48,8 @@ type Service struct {
 	// KillOnRollback is the default for session.rollback's kill_processes
 	// (--kill-session-processes-on-rollback).
 	KillOnRollback bool
+	// Quota are the sessions' space limits; nil: quotas are off.
+	Quota *Quota
 
 	locks sync.Map // agent/session → *sync.Mutex: one state change per session at a time
 }
@@ -76,6 +78,8 @@ type SessionOptions struct {
 	TurnCheckpoints *bool
 	// Limits override the image's default session limits, within its maximum.
 	Limits limit.Set
+	// Quota (bytes) overrides the image's default session quota, within its maximum; 0: default.
+	Quota int64
 }
 
 // CreateSession creates the session with the default limits (see CreateSessionWith).
@@ -96,11 +100,14 @@ func (s *Service) CreateSessionWith(agent, id string, opt SessionOptions) (*stor
 	} else if !opt.Limits.IsZero() {
 		return nil, &LimitError{Field: "limits", Reason: "this daemon applies no session limits; leave limits out"}
 	}
+	if err := s.Quota.check(opt.Quota); err != nil {
+		return nil, err
+	}
 	if _, err := s.Store.GetAgent(agent); err != nil {
 		return nil, err
 	}
 	defer s.lock(agent, id)()
-	sess, err := s.Store.CreateSession(agent, id)
+	sess, err := s.Store.CreateSessionWith(agent, id, store.SessionOptions{Quota: opt.Quota})
 	if err != nil {
 		return nil, err
 	}
