@@ -81,9 +81,9 @@ func process(pid, cgroup string) (evidence.Item, bool) {
 	if err != nil {
 		exe = "-"
 	}
+	// comm and exe quoted (Go syntax, reversible) so that no name runs into the next field.
 	return evidence.Item{
 		Key:   fmt.Sprintf("pid=%s start=%s", pid, start),
-		// comm and exe quoted (Go syntax, reversible) so that no name runs into the next field.
 		Value: fmt.Sprintf("comm=%q exe=%q cgroup=%s", comm, exe, cgroup),
 	}, true
 }
