@@ -30,8 +30,10 @@ func FuzzItemRoundTrip(f *testing.F) {
 		if err != nil {
 			t.Fatalf("decode %q: %v", b, err)
 		}
-		if diff := cmp.Diff(s, got); diff != "" {
-			t.Fatalf("round trip of %q, %q (-want +got):\n%s", k, v, diff)
+		// Compared field by field: cmp.Diff per input would slow the fuzzer down.
+		if len(got.Items) != 1 || got.Items[0] != s.Items[0] || got.Note != s.Note ||
+			len(got.Excluded) != 1 || got.Excluded[0] != s.Excluded[0] {
+			t.Fatalf("round trip of %q, %q (-want +got):\n%s", k, v, cmp.Diff(s, got))
 		}
 	})
 }
