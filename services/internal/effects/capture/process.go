@@ -19,8 +19,8 @@ import (
 const SessionCgroupAbsent = "cgroup absent: no process can be in it"
 
 // Processes captures every process in the cgroup subtree at dir, keyed by
-// pid and start time (pids are reused), with comm, exe and cgroup (relative
-// to dir).
+// pid and start time (pids are reused), with comm and exe quoted and the
+// cgroup (relative to dir) last.
 func Processes(dir string) *evidence.Snapshot {
 	if _, err := os.Stat(dir); errors.Is(err, os.ErrNotExist) {
 		return &evidence.Snapshot{Note: SessionCgroupAbsent}
@@ -81,8 +81,9 @@ func process(pid, cgroup string) (evidence.Item, bool) {
 	if err != nil {
 		exe = "-"
 	}
+	// comm and exe quoted (Go syntax, reversible) so that no name runs into the next field.
 	return evidence.Item{
 		Key:   fmt.Sprintf("pid=%s start=%s", pid, start),
-		Value: fmt.Sprintf("comm=%q exe=%s cgroup=%s", comm, exe, cgroup),
+		Value: fmt.Sprintf("comm=%q exe=%q cgroup=%s", comm, exe, cgroup),
 	}, true
 }

@@ -22,8 +22,21 @@
 // manifest is visibly unclosed. The manifest protects against partial and
 // corrupted sets, not against a forger who can rewrite it too.
 //
-// A snapshot file is JSON Lines: its first line is the snapshot's domain,
-// point, notes and item count, then one ["key","value"] line per item.
+// A snapshot file is JSON Lines: its first line is the format, the
+// snapshot's domain, point, notes and item count, then one [key,value] line
+// per item.
+//
+// Byte strings are lossless (format 2): every key, value, note and
+// exclusion, and every byte string of the history and the verifiers'
+// reports (file names, symlink targets, process names, paths), is written
+// in its jsonbytes form: a JSON string when it is valid UTF-8
+// (["f","file …"]), else {"base64":"…"} in standard base64 with padding
+// ([{"base64":"Zv4="},"file …"] for fþ). A string never equals an
+// object, so two byte strings never share a form. header.json and each
+// snapshot's first line carry "format":2; Load refuses a header of another
+// format (ErrFormat), and decoding refuses a snapshot of another, rather
+// than misread it. Sets written before format 2 (no format; invalid UTF-8
+// written as U+FFFD) are not readable.
 //
 // Snapshots are canonical: items sorted by key, values rendered as fixed
 // one-line strings, no ids that the kernel reassigns, no times; two captures

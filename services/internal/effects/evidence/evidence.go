@@ -1,6 +1,7 @@
 package evidence
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"slices"
@@ -39,12 +40,40 @@ const (
 	ProtocolRecovery = 3 // A→B, B→C, A→C
 )
 
-// ErrInvalid marks a header that cannot describe a set.
-var ErrInvalid = errors.New("invalid evidence header")
+// Format is the version of the set's files this package writes and reads: header.json and every
+// snapshot's first line carry it. Format 2 encodes every byte string one-to-one (jsonbytes); the
+// sets written before it, without a format, encoded invalid UTF-8 lossily and are not read.
+const Format = 2
+
+var (
+	// ErrInvalid marks a header that cannot describe a set.
+	ErrInvalid = errors.New("invalid evidence header")
+	// ErrFormat marks a set or file written in another format than Format.
+	ErrFormat = errors.New("evidence format not readable")
+)
+
+// checkFormat refuses a JSON object (header.json, a snapshot's first line) whose format is not
+// Format. An object that does not decode at all is left to the strict decoder's error.
+func checkFormat(b []byte) error {
+	var v struct {
+		Format *int `json:"format"`
+	}
+	if json.Unmarshal(b, &v) != nil {
+		return nil
+	}
+	switch {
+	case v.Format == nil:
+		return fmt.Errorf("%w: no format (written before format %d, which encodes byte strings one-to-one); this reader reads format %d only: observe the run again", ErrFormat, Format, Format)
+	case *v.Format != Format:
+		return fmt.Errorf("%w: format %d; this reader reads format %d only", ErrFormat, *v.Format, Format)
+	}
+	return nil
+}
 
 // Header describes the run a set is about. It is written when the set is
 // created and rewritten with the capture times before the set is closed.
 type Header struct {
+	Format             int          `json:"format"` // always Format
 	Protocol           int          `json:"protocol"`
 	RunID              string       `json:"run_id"`
 	AgentID            string       `json:"agent_id"`
@@ -85,6 +114,9 @@ func (h *Header) Validate() error {
 	var errs []error
 	bad := func(field, format string, args ...any) {
 		errs = append(errs, fmt.Errorf("%w: %s: %s", ErrInvalid, field, fmt.Sprintf(format, args...)))
+	}
+	if h.Format != Format {
+		bad("format", "%d: this package writes and reads format %d only", h.Format, Format)
 	}
 	if h.Protocol != ProtocolDirect && h.Protocol != ProtocolRecovery {
 		bad("protocol", "%d: use 2 (direct, A→B) or 3 (recovery, A→B→C)", h.Protocol)

@@ -7,27 +7,36 @@ import (
 	"fmt"
 	"strings"
 	"unicode/utf8"
+
+	"github.com/allox-os/allox/services/internal/effects/jsonbytes"
 )
 
 // A snapshot file is JSON Lines: the first line is the snapshot without its items
-// ({"domain":…,"point":…,…,"items":N}), then one line per item, ["key","value"], N of them.
-// A workspace of 10,000 files is 10,000 short lines; written and read line by line this is
-// several times faster than one JSON document decoded by reflection, and `jq -c .` still reads it.
+// ({"format":2,"domain":…,"point":…,…,"items":N}), then one line per item, [key,value], N of
+// them, each string in its jsonbytes form: a JSON string when it is valid UTF-8, else
+// {"base64":"…"}. A workspace of 10,000 files is 10,000 short lines; written and read line by
+// line this is several times faster than one JSON document decoded by reflection, and `jq -c .`
+// still reads it.
 
 // snapshotHead is a snapshot file's first line.
 type snapshotHead struct {
-	Domain        string   `json:"domain"`
-	Point         string   `json:"point"`
-	Unconfirmable string   `json:"unconfirmable,omitempty"`
-	Note          string   `json:"note,omitempty"`
-	Excluded      []string `json:"excluded,omitempty"`
-	Items         int      `json:"items"`
+	Format        int                `json:"format"`
+	Domain        string             `json:"domain"`
+	Point         string             `json:"point"`
+	Unconfirmable jsonbytes.String   `json:"unconfirmable,omitempty"`
+	Note          jsonbytes.String   `json:"note,omitempty"`
+	Excluded      []jsonbytes.String `json:"excluded,omitempty"`
+	Items         int                `json:"items"`
 }
 
 // encodeSnapshot renders s as a snapshot file.
 func encodeSnapshot(s *Snapshot) ([]byte, error) {
-	head, err := json.Marshal(snapshotHead{Domain: s.Domain, Point: s.Point, Unconfirmable: s.Unconfirmable,
-		Note: s.Note, Excluded: s.Excluded, Items: len(s.Items)})
+	h := snapshotHead{Format: Format, Domain: s.Domain, Point: s.Point, Unconfirmable: jsonbytes.String(s.Unconfirmable),
+		Note: jsonbytes.String(s.Note), Items: len(s.Items)}
+	for _, x := range s.Excluded {
+		h.Excluded = append(h.Excluded, jsonbytes.String(x))
+	}
+	head, err := json.Marshal(h)
 	if err != nil {
 		return nil, err
 	}
@@ -39,32 +48,21 @@ func encodeSnapshot(s *Snapshot) ([]byte, error) {
 	b = append(append(b, head...), '\n')
 	for _, it := range s.Items {
 		b = append(b, '[')
-		b = appendString(b, it.Key)
+		b = jsonbytes.Append(b, it.Key)
 		b = append(b, ',')
-		b = appendString(b, it.Value)
+		b = jsonbytes.Append(b, it.Value)
 		b = append(b, "]\n"...)
 	}
 	return b, nil
 }
 
-// appendString appends s as a JSON string: printable ASCII without quotes or backslashes as it
-// is, anything else as encoding/json writes it.
-func appendString(b []byte, s string) []byte {
-	for i := 0; i < len(s); i++ {
-		if c := s[i]; c < 0x20 || c > 0x7e || c == '"' || c == '\\' {
-			q, _ := json.Marshal(s) // a string always encodes
-			return append(b, q...)
-		}
-	}
-	b = append(b, '"')
-	b = append(b, s...)
-	return append(b, '"')
-}
-
-// decodeSnapshot parses a snapshot file, refusing unknown fields, a malformed line and a count
-// of items that does not match the first line.
+// decodeSnapshot parses a snapshot file, refusing another format, unknown fields, a malformed
+// line and a count of items that does not match the first line.
 func decodeSnapshot(b []byte) (*Snapshot, error) {
 	first, _, _ := bytes.Cut(b, []byte{'\n'})
+	if err := checkFormat(first); err != nil {
+		return nil, fmt.Errorf("line 1: %w", err)
+	}
 	var h snapshotHead
 	dec := json.NewDecoder(bytes.NewReader(first))
 	dec.DisallowUnknownFields()
@@ -74,8 +72,11 @@ func decodeSnapshot(b []byte) (*Snapshot, error) {
 	if h.Items < 0 {
 		return nil, fmt.Errorf("line 1: items %d", h.Items)
 	}
-	s := &Snapshot{Domain: h.Domain, Point: h.Point, Unconfirmable: h.Unconfirmable, Note: h.Note,
-		Excluded: h.Excluded, Items: make([]Item, 0, h.Items)}
+	s := &Snapshot{Domain: h.Domain, Point: h.Point, Unconfirmable: string(h.Unconfirmable), Note: string(h.Note),
+		Items: make([]Item, 0, h.Items)}
+	for _, x := range h.Excluded {
+		s.Excluded = append(s.Excluded, string(x))
+	}
 	// One string for the whole file: the items' keys and values are slices of it.
 	rest := string(b[min(len(first)+1, len(b)):])
 	for n := 2; len(rest) > 0; n++ {
@@ -96,26 +97,27 @@ func decodeSnapshot(b []byte) (*Snapshot, error) {
 	return s, nil
 }
 
-var errItem = errors.New(`an item is one line ["key","value"]`)
+var errItem = errors.New(`an item is one line [key,value]`)
 
-// decodeItem parses one item line. A line of printable ASCII or valid UTF-8 without escapes is
-// split where it stands; any other goes through encoding/json.
+// decodeItem parses one item line. A line of valid UTF-8 without escapes is split where it
+// stands; any other goes through encoding/json and jsonbytes.
 func decodeItem(line string) (Item, error) {
 	if k, v, ok := splitPlain(line); ok {
 		return Item{Key: k, Value: v}, nil
 	}
-	var kv []string
+	var kv []jsonbytes.String
 	if err := json.Unmarshal([]byte(line), &kv); err != nil {
-		return Item{}, fmt.Errorf("%w: %v", errItem, err)
+		return Item{}, fmt.Errorf("%w: %w", errItem, err)
 	}
 	if len(kv) != 2 {
 		return Item{}, fmt.Errorf("%w: %d strings", errItem, len(kv))
 	}
-	return Item{Key: kv[0], Value: kv[1]}, nil
+	return Item{Key: string(kv[0]), Value: string(kv[1])}, nil
 }
 
 // splitPlain splits ["key","value"] when neither string holds an escape, a quote, a control
-// character or invalid UTF-8: then the line is exactly the two strings as they stand.
+// character or invalid UTF-8: then the line is exactly the two strings as they stand, which is
+// their jsonbytes form.
 func splitPlain(line string) (key, value string, ok bool) {
 	if len(line) < 7 || line[:2] != `["` || line[len(line)-2:] != `"]` {
 		return "", "", false

@@ -10,7 +10,7 @@ import (
 
 // TestSnapshotLinesRoundTrip encodes snapshots whose keys and values need every kind of escape
 // (quotes, backslashes, newlines, tabs, non-ASCII, invalid UTF-8, the separator itself) and
-// reads them back equal; each line is valid JSON.
+// reads them back equal, byte for byte; each line is valid JSON.
 func TestSnapshotLinesRoundTrip(t *testing.T) {
 	for _, s := range []*Snapshot{
 		{Domain: "workspace", Point: "A", Items: []Item{
@@ -20,8 +20,12 @@ func TestSnapshotLinesRoundTrip(t *testing.T) {
 			{Key: "new\nline\ttab\r", Value: "\x00\x1f"},
 			{Key: "ünïcödé ✓", Value: "<&>"},
 			{Key: "", Value: ""},
+			{Key: "f\xfe", Value: "symlink uid=0 gid=0 -> \xff"},
+			{Key: "f\xff", Value: "v"},
+			{Key: "f\uFFFD", Value: `{"base64":"Zv4="}`},
 		}},
 		{Domain: "sysctl", Point: "C", Unconfirmable: "no /proc/sys", Items: []Item{}},
+		{Domain: "shared", Point: "B", Unconfirmable: "walk /s/\xfe: EACCES", Note: "n\xff", Excluded: []string{"\xfe"}, Items: []Item{}},
 		{Domain: "modules", Point: "B", Note: "no module support", Excluded: []string{"x", "y"}, Items: []Item{}},
 	} {
 		b, err := encodeSnapshot(s)
@@ -41,21 +45,22 @@ func TestSnapshotLinesRoundTrip(t *testing.T) {
 			t.Errorf("%s round trip (-want +got):\n%s", s.Domain, diff)
 		}
 	}
-	// Invalid UTF-8 comes back as encoding/json would read it: each bad byte a U+FFFD.
-	b, err := encodeSnapshot(&Snapshot{Domain: "workspace", Point: "A", Items: []Item{{Key: "bad\xff", Value: "v"}}})
+	// The one form of a name in invalid UTF-8 is base64: f\xfe and f\xff stay two names.
+	b, err := encodeSnapshot(&Snapshot{Domain: "workspace", Point: "A", Items: []Item{{Key: "f\xfe", Value: "v"}, {Key: "f\xff", Value: "v"}}})
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, err := decodeSnapshot(b)
-	if err != nil || got.Items[0].Key != "bad\uFFFD" {
-		t.Errorf("decode of an invalid UTF-8 key = %+v, %v", got, err)
+	want := "{\"format\":2,\"domain\":\"workspace\",\"point\":\"A\",\"items\":2}\n" +
+		"[{\"base64\":\"Zv4=\"},\"v\"]\n[{\"base64\":\"Zv8=\"},\"v\"]\n"
+	if string(b) != want {
+		t.Errorf("encoded\n%s\nwant\n%s", b, want)
 	}
 }
 
 // TestSnapshotLinesRefuseDamage names the line of each defect a truncated, extended or edited
 // snapshot file has.
 func TestSnapshotLinesRefuseDamage(t *testing.T) {
-	good := "{\"domain\":\"workspace\",\"point\":\"A\",\"items\":2}\n[\"a\",\"1\"]\n[\"b\",\"2\"]\n"
+	good := "{\"format\":2,\"domain\":\"workspace\",\"point\":\"A\",\"items\":2}\n[\"a\",\"1\"]\n[\"b\",\"2\"]\n"
 	if _, err := decodeSnapshot([]byte(good)); err != nil {
 		t.Fatalf("the good file: %v", err)
 	}
@@ -68,6 +73,11 @@ func TestSnapshotLinesRefuseDamage(t *testing.T) {
 		"raw control":   {strings.Replace(good, `["a","1"]`, "[\"a\",\"1\t\"]", 1), "line 2: an item is one line"},
 		"empty line":    {strings.Replace(good, "[\"a\",\"1\"]\n", "\n", 1), "line 2: an item is one line"},
 		"negative":      {strings.Replace(good, `"items":2`, `"items":-1`, 1), "line 1: items -1"},
+		"no format":     {strings.Replace(good, `"format":2,`, "", 1), "line 1: evidence format not readable: no format"},
+		"format 3":      {strings.Replace(good, `"format":2`, `"format":3`, 1), "line 1: evidence format not readable: format 3"},
+		"raw bad UTF-8": {strings.Replace(good, `["a","1"]`, "[\"a\xfe\",\"1\"]", 1), "line 2: an item is one line"},
+		"lossy escape":  {strings.Replace(good, `["a","1"]`, `["a\ud800","1"]`, 1), "line 2: an item is one line"},
+		"base64 UTF-8":  {strings.Replace(good, `["a","1"]`, `[{"base64":"YQ=="},"1"]`, 1), "line 2: an item is one line"},
 	} {
 		_, err := decodeSnapshot([]byte(c.file))
 		if err == nil || !strings.Contains(err.Error(), c.want) {

@@ -36,8 +36,8 @@ func (e *Evidence) Complete() bool { return len(e.Problems) == 0 }
 // Snapshot returns the snapshot of a domain at a point, or nil.
 func (e *Evidence) Snapshot(point, domain string) *Snapshot { return e.Snapshots[point][domain] }
 
-// Load reads the set in dir. It fails only if dir cannot be read at all;
-// every other defect is a Problem that makes the evidence incomplete:
+// Load reads the set in dir. It fails only if dir cannot be read at all or
+// its header.json is in another format than Format (ErrFormat); every other defect is a Problem that makes the evidence incomplete:
 // no manifest (unclosed), a hash or size mismatch, a required file missing
 // from the set or the manifest, an unlisted file, an unreadable snapshot, a
 // non-empty fault log, and a history that is missing, unavailable or lost
@@ -45,6 +45,11 @@ func (e *Evidence) Snapshot(point, domain string) *Snapshot { return e.Snapshots
 func Load(dir string) (*Evidence, error) {
 	if _, err := os.ReadDir(dir); err != nil {
 		return nil, fmt.Errorf("evidence dir: %w", err)
+	}
+	if b, err := os.ReadFile(filepath.Join(dir, HeaderFile)); err == nil {
+		if err := checkFormat(b); err != nil {
+			return nil, fmt.Errorf("evidence %s: %s: %w", dir, HeaderFile, err)
+		}
 	}
 	e := &Evidence{Dir: dir, Snapshots: map[string]map[string]*Snapshot{}}
 	e.load()

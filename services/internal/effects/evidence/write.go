@@ -28,9 +28,10 @@ type Set struct {
 	written map[string]ManifestEntry
 }
 
-// Create makes dir (which must not exist yet) and writes the header and an
-// empty fault log into it.
+// Create makes dir (which must not exist yet) and writes the header, in
+// Format, and an empty fault log into it.
 func Create(dir string, h Header) (*Set, error) {
+	h.Format = Format
 	if err := h.Validate(); err != nil {
 		return nil, err
 	}

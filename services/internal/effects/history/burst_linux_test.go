@@ -30,7 +30,7 @@ func TestBurst(t *testing.T) {
 	created := map[string]int{}
 	for _, ev := range evs {
 		if ev.Kind == KindSyscall && ev.Syscall == "openat" && ev.Ret != nil && *ev.Ret >= 0 {
-			created[ev.Strings["path"]]++
+			created[string(ev.Strings["path"])]++
 		}
 	}
 	for i := 1; i <= n; i++ {

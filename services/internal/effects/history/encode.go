@@ -3,26 +3,28 @@ package history
 import (
 	"slices"
 	"strconv"
-	"unicode/utf8"
+
+	"github.com/allox-os/allox/services/internal/effects/jsonbytes"
 )
 
 // appendEvent appends ev as one canonical JSON line: byte for byte what
 // encoding/json writes for Event with HTML escaping off (fields in
-// declaration order, empty ones omitted, map keys sorted), without its
-// reflection, which the recorder cannot afford per event.
+// declaration order, empty ones omitted, map keys sorted, byte strings in
+// their jsonbytes form), without its reflection, which the recorder cannot
+// afford per event.
 func appendEvent(b []byte, ev *Event) []byte {
 	b = append(b, `{"seq":`...)
 	b = strconv.AppendUint(b, ev.Seq, 10)
-	b = appendString(append(b, `,"kind":`...), ev.Kind)
+	b = jsonbytes.Append(append(b, `,"kind":`...), ev.Kind)
 	b = appendUintField(b, "time_ns", ev.TimeNS)
 	b = appendIntField(b, "pid", int64(ev.PID))
 	b = appendIntField(b, "tgid", int64(ev.TGID))
 	b = appendIntField(b, "ppid", int64(ev.PPID))
 	b = appendUintField(b, "start_time", ev.StartTime)
-	b = appendStringField(b, "comm", ev.Comm)
+	b = appendStringField(b, "comm", string(ev.Comm))
 	b = appendUintField(b, "cgroup_id", ev.CgroupID)
 	b = appendUintField(b, "parent_start_time", ev.ParentStartTime)
-	b = appendStringField(b, "filename", ev.Filename)
+	b = appendStringField(b, "filename", string(ev.Filename))
 	if ev.ExitStatus != nil {
 		b = append(b, `,"exit_status":`...)
 		b = strconv.AppendInt(b, int64(*ev.ExitStatus), 10)
@@ -37,7 +39,7 @@ func appendEvent(b []byte, ev *Event) []byte {
 			if i > 0 {
 				b = append(b, ',')
 			}
-			b = appendString(b, k)
+			b = jsonbytes.Append(b, k)
 			b = append(b, ':')
 			b = strconv.AppendInt(b, ev.Args[k], 10)
 		}
@@ -50,9 +52,9 @@ func appendEvent(b []byte, ev *Event) []byte {
 			if i > 0 {
 				b = append(b, ',')
 			}
-			b = appendString(b, k)
+			b = jsonbytes.Append(b, k)
 			b = append(b, ':')
-			b = appendString(b, ev.Strings[k])
+			b = jsonbytes.Append(b, string(ev.Strings[k]))
 		}
 		b = append(b, '}')
 	}
@@ -80,6 +82,9 @@ func sortKeys[V any](keys []string, m map[string]V) []string {
 	return keys
 }
 
+// The names (kind, syscall, errno, argument names) come from the syscall table and are ASCII:
+// their jsonbytes form is the JSON string encoding/json writes.
+
 func appendKey(b []byte, name string) []byte {
 	b = append(b, ',', '"')
 	b = append(b, name...)
@@ -90,7 +95,7 @@ func appendStringField(b []byte, name, v string) []byte {
 	if v == "" {
 		return b
 	}
-	return appendString(appendKey(b, name), v)
+	return jsonbytes.Append(appendKey(b, name), v)
 }
 
 func appendUintField(b []byte, name string, v uint64) []byte {
@@ -123,61 +128,7 @@ func appendStrings(b []byte, name string, v []string) []byte {
 		if i > 0 {
 			b = append(b, ',')
 		}
-		b = appendString(b, s)
+		b = jsonbytes.Append(b, s)
 	}
 	return append(b, ']')
-}
-
-const hexDigits = "0123456789abcdef"
-
-// appendString quotes s as encoding/json does with HTML escaping off:
-// control characters, quote and backslash escaped, invalid UTF-8 replaced
-// by U+FFFD, U+2028 and U+2029 escaped.
-func appendString(b []byte, s string) []byte {
-	b = append(b, '"')
-	start := 0
-	for i := 0; i < len(s); {
-		if c := s[i]; c < utf8.RuneSelf {
-			if c >= 0x20 && c != '"' && c != '\\' {
-				i++
-				continue
-			}
-			b = append(b, s[start:i]...)
-			switch c {
-			case '"', '\\':
-				b = append(b, '\\', c)
-			case '\b':
-				b = append(b, '\\', 'b')
-			case '\f':
-				b = append(b, '\\', 'f')
-			case '\n':
-				b = append(b, '\\', 'n')
-			case '\r':
-				b = append(b, '\\', 'r')
-			case '\t':
-				b = append(b, '\\', 't')
-			default:
-				b = append(b, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xf])
-			}
-			i++
-			start = i
-			continue
-		}
-		r, size := utf8.DecodeRuneInString(s[i:])
-		switch {
-		case r == utf8.RuneError && size == 1:
-			b = append(b, s[start:i]...)
-			b = append(b, `\ufffd`...)
-		case r == '\u2028' || r == '\u2029':
-			b = append(b, s[start:i]...)
-			b = append(b, '\\', 'u', '2', '0', '2', hexDigits[r&0xf])
-		default:
-			i += size
-			continue
-		}
-		i += size
-		start = i
-	}
-	b = append(b, s[start:]...)
-	return append(b, '"')
 }

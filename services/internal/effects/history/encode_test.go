@@ -9,6 +9,8 @@ import (
 
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/go-cmp/cmp/cmpopts"
+
+	"github.com/allox-os/allox/services/internal/effects/jsonbytes"
 )
 
 func ptr[T any](v T) *T { return &v }
@@ -20,7 +22,7 @@ var sampleEvents = []Event{
 	{Seq: 3, Kind: KindExit, PID: 11, TGID: 11, Signal: 9},
 	{Seq: 4, Kind: KindSyscall, PID: 12, TGID: 12, Syscall: "renameat2", Nr: 316,
 		Args:    map[string]int64{"olddfd": -100, "newdfd": -100, "flags": 1},
-		Strings: map[string]string{"oldpath": "a\"b\\c\n\t\x01<>&", "newpath": "\xff\u2028\u2029é"},
+		Strings: map[string]jsonbytes.String{"oldpath": "a\"b\\c\n\t\x01<>&", "newpath": "\xff\u2028\u2029é", "cwd": "\u2028\uFFFD"},
 		Ret:     ptr(int64(-17)), Errno: "EEXIST", Truncated: []string{"oldpath"}, Unreadable: []string{"x"}},
 	{Seq: 5, Kind: KindSyscall, Syscall: "openat", Unfinished: true, NoReturn: true, Ret: ptr(int64(0))},
 	{Seq: 6, Kind: KindEnd, Dropped: 3, Incomplete: true},
@@ -41,9 +43,9 @@ func FuzzEncodeCanonical(f *testing.F) {
 	f.Add("/tmp/a.txt", "comm", int64(-100), uint64(7))
 	f.Add("\xff\xfe\u2028\"\\\x00", "", int64(0), uint64(0))
 	f.Fuzz(func(t *testing.T, path, comm string, arg int64, id uint64) {
-		ev := Event{Seq: id, Kind: KindSyscall, Comm: comm, CgroupID: id, Syscall: "openat",
-			Args: map[string]int64{"dfd": arg, "flags": 1}, Strings: map[string]string{"path": path, comm: path},
-			Ret: &arg, Truncated: []string{path}}
+		ev := Event{Seq: id, Kind: KindSyscall, Comm: jsonbytes.String(comm), CgroupID: id, Syscall: "openat",
+			Args: map[string]int64{"dfd": arg, "flags": 1}, Strings: map[string]jsonbytes.String{"path": jsonbytes.String(path), "newpath": jsonbytes.String(comm)},
+			Ret: &arg, Truncated: []string{"path"}}
 		if got, want := string(appendEvent(nil, &ev)), stdEncode(t, &ev); got != want {
 			t.Fatalf("appendEvent %q, encoding/json %q", got, want)
 		}
@@ -63,14 +65,14 @@ func stdEncode(t *testing.T, ev *Event) string {
 
 func TestDecoderRoundTrip(t *testing.T) {
 	var buf bytes.Buffer
-	for _, ev := range sampleEvents[:4] {
+	for _, ev := range sampleEvents[:5] {
 		buf.Write(appendEvent(nil, &ev))
 	}
 	got, err := ReadAll(&buf)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if diff := cmp.Diff(sampleEvents[:4], got); diff != "" {
+	if diff := cmp.Diff(sampleEvents[:5], got); diff != "" {
 		t.Errorf("round trip (-want +got):\n%s", diff)
 	}
 }
@@ -81,6 +83,10 @@ func TestDecoderRejects(t *testing.T) {
 		{"trailing data", `{"seq":0,"kind":"fork"} {}`},
 		{"not json", `seq=0`},
 		{"wrong type", `{"seq":"0"}`},
+		{"raw invalid UTF-8", "{\"seq\":0,\"kind\":\"exec\",\"filename\":\"f\xfe\"}"},
+		{"lossy escape", `{"seq":0,"kind":"exec","filename":"f\udcfe"}`},
+		{"base64 of UTF-8", `{"seq":0,"kind":"exec","filename":{"base64":"Zg=="}}`},
+		{"base64 and more", `{"seq":0,"kind":"exec","filename":{"base64":"Zv4=","utf8":"f"}}`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := ReadAll(strings.NewReader(`{"seq":0,"kind":"exec"}` + "\n" + tc.in + "\n"))
@@ -125,4 +131,53 @@ func BenchmarkAppendEvent(b *testing.B) {
 	for b.Loop() {
 		buf = appendEvent(buf[:0], &ev)
 	}
+}
+
+// fileEvent is a rename by a process named comm from oldpath to newpath.
+func fileEvent(comm, oldpath, newpath []byte) Event {
+	return Event{Seq: 9, Kind: KindSyscall, PID: 3, TGID: 3, Comm: jsonbytes.String(comm), Syscall: "rename", Nr: 82,
+		Strings: map[string]jsonbytes.String{"oldpath": jsonbytes.String(oldpath), "newpath": jsonbytes.String(newpath)},
+		Ret:     ptr(int64(0))}
+}
+
+// FuzzHistoryRoundTrip: the byte strings of an event (comm, exec file name, string arguments)
+// decode to exactly the bytes recorded.
+func FuzzHistoryRoundTrip(f *testing.F) {
+	f.Add([]byte("mv"), []byte("f\xfe"), []byte("f\xff"))
+	f.Add([]byte("\xff\n"), []byte("f\uFFFD"), []byte(`{"base64":"Zv4="}`))
+	f.Add([]byte(""), []byte("\u2028\x00"), []byte("\xed\xa0\x80"))
+	f.Fuzz(func(t *testing.T, comm, oldpath, newpath []byte) {
+		evs := []Event{fileEvent(comm, oldpath, newpath),
+			{Seq: 10, Kind: KindExec, PID: 3, TGID: 3, Comm: jsonbytes.String(comm), Filename: jsonbytes.String(oldpath)}}
+		var buf bytes.Buffer
+		for i := range evs {
+			buf.Write(appendEvent(nil, &evs[i]))
+		}
+		got, err := ReadAll(bytes.NewReader(buf.Bytes()))
+		if err != nil {
+			t.Fatalf("decode: %v", err)
+		}
+		// The byte strings compared directly, the rest by its encoding: cmp.Diff per input would
+		// slow the fuzzer down many times.
+		if len(got) != 2 || got[0].Comm != evs[0].Comm || got[0].Strings["oldpath"] != evs[0].Strings["oldpath"] ||
+			got[0].Strings["newpath"] != evs[0].Strings["newpath"] || got[1].Filename != evs[1].Filename ||
+			!bytes.Equal(appendEvent(appendEvent(nil, &got[0]), &got[1]), buf.Bytes()) {
+			t.Fatalf("round trip (-want +got):\n%s", cmp.Diff(evs, got, cmpopts.EquateEmpty()))
+		}
+	})
+}
+
+// FuzzHistoryOneToOne: events that differ in any byte of a byte string never share a line.
+func FuzzHistoryOneToOne(f *testing.F) {
+	f.Add([]byte("mv"), []byte("f\xfe"), []byte("mv"), []byte("f\xff"))
+	f.Add([]byte("mv"), []byte("f\uFFFD"), []byte("mv"), []byte("f\xfe"))
+	f.Add([]byte("a\xfe"), []byte("x"), []byte("a\xff"), []byte("x"))
+	f.Fuzz(func(t *testing.T, comm1, path1, comm2, path2 []byte) {
+		e1, e2 := fileEvent(comm1, path1, path2), fileEvent(comm2, path2, path1)
+		l1, l2 := appendEvent(nil, &e1), appendEvent(nil, &e2)
+		same := bytes.Equal(comm1, comm2) && bytes.Equal(path1, path2)
+		if same != bytes.Equal(l1, l2) {
+			t.Fatalf("(%q, %q, %q) and (%q, %q, %q) encode to\n%s%s", comm1, path1, path2, comm2, path2, path1, l1, l2)
+		}
+	})
 }

@@ -9,6 +9,10 @@
 // sockets, signals, ptrace, namespaces, root changes, reboot, swap, clocks),
 // with the arguments that name the object and the return value. Events are
 // written as canonical JSON lines; Decoder reads them back for verifiers.
+// The byte strings the kernel hands over (comm, the executed file name, the
+// string arguments, a working directory) are jsonbytes.String: a JSON
+// string when valid UTF-8, else {"base64":"…"}, so that no two differ only
+// on paper. The history's format is the evidence set's (evidence.Format).
 //
 // Records the kernel could not hand over (a full ring buffer) are counted
 // per CPU; a history with drops is INCOMPLETE and says so in its last line.
@@ -43,6 +47,8 @@ package history
 import (
 	"errors"
 	"time"
+
+	"github.com/allox-os/allox/services/internal/effects/jsonbytes"
 )
 
 // Event kinds.
@@ -84,11 +90,11 @@ type Event struct {
 	// PID is the thread id, TGID the process id, PPID the parent process id
 	// (of the child, for a fork). StartTime (ns since boot) together with
 	// TGID identifies the process: pids are reused.
-	PID       int    `json:"pid,omitempty"`
-	TGID      int    `json:"tgid,omitempty"`
-	PPID      int    `json:"ppid,omitempty"`
-	StartTime uint64 `json:"start_time,omitempty"`
-	Comm      string `json:"comm,omitempty"`
+	PID       int              `json:"pid,omitempty"`
+	TGID      int              `json:"tgid,omitempty"`
+	PPID      int              `json:"ppid,omitempty"`
+	StartTime uint64           `json:"start_time,omitempty"`
+	Comm      jsonbytes.String `json:"comm,omitempty"`
 	// CgroupID is the cgroup v2 id (the directory's inode number) of the
 	// task that caused the event.
 	CgroupID uint64 `json:"cgroup_id,omitempty"`
@@ -96,7 +102,7 @@ type Event struct {
 	// ParentStartTime is the parent's StartTime, for a fork.
 	ParentStartTime uint64 `json:"parent_start_time,omitempty"`
 	// Filename is the executed file, for an exec.
-	Filename string `json:"filename,omitempty"`
+	Filename jsonbytes.String `json:"filename,omitempty"`
 	// ExitStatus is the exit status, or Signal the terminating signal, for an exit.
 	ExitStatus *int `json:"exit_status,omitempty"`
 	Signal     int  `json:"signal,omitempty"`
@@ -109,10 +115,10 @@ type Event struct {
 	// or the working directory ("cwd") of a present process.
 	// A string argument that could not be read is absent from Strings and
 	// listed in Unreadable; one cut at 255 bytes is listed in Truncated.
-	Args       map[string]int64  `json:"args,omitempty"`
-	Strings    map[string]string `json:"strings,omitempty"`
-	Truncated  []string          `json:"truncated,omitempty"`
-	Unreadable []string          `json:"unreadable,omitempty"`
+	Args       map[string]int64            `json:"args,omitempty"`
+	Strings    map[string]jsonbytes.String `json:"strings,omitempty"`
+	Truncated  []string                    `json:"truncated,omitempty"`
+	Unreadable []string                    `json:"unreadable,omitempty"`
 	// Ret is the return value, and Errno its name when it is an error.
 	// It is absent when the syscall did not return: NoReturn (the thread
 	// exited in it) or Unfinished (it was still running at Stop).

@@ -10,6 +10,8 @@ import (
 
 	"github.com/cilium/ebpf/ringbuf"
 	"golang.org/x/sys/unix"
+
+	"github.com/allox-os/allox/services/internal/effects/jsonbytes"
 )
 
 // BPF record kinds and flags, equal to the enums in bpf/history.bpf.c.
@@ -190,7 +192,7 @@ func decodeArgs(ev *Event, s *syscallSpec, args [nargs]uint64, indirect uint64, 
 				ev.Unreadable = append(ev.Unreadable, name)
 			default:
 				if ev.Strings == nil {
-					ev.Strings = make(map[string]string, nstr)
+					ev.Strings = make(map[string]jsonbytes.String, nstr)
 				}
 				ev.Strings[name] = cstring(strs[k][:])
 				if flags&(flagTrunc0<<k) != 0 {
@@ -218,14 +220,14 @@ func (r *Recorder) pendingEvent(tid uint32, p *historyPending) (Event, bool) {
 	}
 	ev := Event{Kind: KindSyscall, TimeNS: p.Ts, PID: int(tid), Unfinished: true}
 	if st, err := procStatus(int(tid)); err == nil {
-		ev.TGID, ev.PPID, ev.Comm = st.tgid, st.ppid, st.comm
+		ev.TGID, ev.PPID, ev.Comm = st.tgid, st.ppid, jsonbytes.String(st.comm)
 	}
 	decodeArgs(&ev, s, p.Args, 0, 0, nil)
 	return ev, true
 }
 
 // cstring copies the NUL-terminated string at the start of b.
-func cstring(b []int8) string {
+func cstring(b []int8) jsonbytes.String {
 	n := 0
 	for n < len(b) && b[n] != 0 {
 		n++
@@ -233,5 +235,5 @@ func cstring(b []int8) string {
 	if n == 0 {
 		return ""
 	}
-	return string(unsafe.Slice((*byte)(unsafe.Pointer(&b[0])), n))
+	return jsonbytes.String(unsafe.Slice((*byte)(unsafe.Pointer(&b[0])), n))
 }

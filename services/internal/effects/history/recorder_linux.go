@@ -17,6 +17,8 @@ import (
 	"github.com/cilium/ebpf"
 	"github.com/cilium/ebpf/link"
 	"github.com/cilium/ebpf/ringbuf"
+
+	"github.com/allox-os/allox/services/internal/effects/jsonbytes"
 )
 
 const (
@@ -168,7 +170,7 @@ func (r *Recorder) present() error {
 		// The working directory, to resolve its relative paths; later
 		// changes are chdir events. Gone if the process exited meanwhile.
 		if cwd, err := os.Readlink(fmt.Sprintf("/proc/%d/cwd", rec.Tgid)); err == nil {
-			ev.Strings = map[string]string{"cwd": cwd}
+			ev.Strings = map[string]jsonbytes.String{"cwd": jsonbytes.String(cwd)}
 		}
 		r.account(&ev)
 	}

@@ -133,7 +133,7 @@ func objects(evs []Event, dir, cg string) []string {
 			switch {
 			case name == "":
 			case str && ev.Strings[name] != "":
-				s += " " + name + "=" + ev.Strings[name]
+				s += " " + name + "=" + string(ev.Strings[name])
 			case !str:
 				s += fmt.Sprintf(" %s=%d", name, ev.Args[name])
 			}
@@ -206,7 +206,7 @@ func tree(t *testing.T, evs []Event, parent int) []string {
 			p.children = append(p.children, k)
 		case KindExec:
 			if p := procs[k]; p != nil {
-				p.execs = append(p.execs, filepath.Base(ev.Filename))
+				p.execs = append(p.execs, filepath.Base(string(ev.Filename)))
 			}
 		case KindExit:
 			if p := procs[k]; p != nil && ev.ExitStatus != nil {

@@ -125,7 +125,7 @@ func TestPresent(t *testing.T) {
 	first, exit := evs[0], evs[len(evs)-2]
 	pid := cmd.Process.Pid
 	wd, _ := os.Getwd()
-	if first.Kind != KindPresent || first.TGID != pid || first.Comm != "sh" || first.CgroupID != cgroupID(t, cg) || first.Strings["cwd"] != wd {
+	if first.Kind != KindPresent || first.TGID != pid || first.Comm != "sh" || first.CgroupID != cgroupID(t, cg) || string(first.Strings["cwd"]) != wd {
 		t.Errorf("first line %+v; want the shell %d present in %s", first, pid, wd)
 	}
 	if exit.Kind != KindExit || exit.TGID != pid || exit.StartTime != first.StartTime || exit.ExitStatus == nil || *exit.ExitStatus != 3 {

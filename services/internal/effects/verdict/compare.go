@@ -1,11 +1,13 @@
 package verdict
 
 import (
+	"encoding/json"
 	"fmt"
 	"slices"
 	"strings"
 
 	"github.com/allox-os/allox/services/internal/effects/evidence"
+	"github.com/allox-os/allox/services/internal/effects/jsonbytes"
 	"github.com/allox-os/allox/services/internal/effects/scope"
 )
 
@@ -30,12 +32,37 @@ const (
 // Excluded list is reported.
 const noteKey = "(snapshot note)"
 
-// Change is one item that differs between two points.
+// Change is one item that differs between two points. In a report its key
+// and values are in their jsonbytes form, as in the evidence.
 type Change struct {
 	Kind   string `json:"kind"`
 	Key    string `json:"key"`
 	Before string `json:"before,omitempty"`
 	After  string `json:"after,omitempty"`
+}
+
+// changeJSON is a Change as a report holds it.
+type changeJSON struct {
+	Kind   string           `json:"kind"`
+	Key    jsonbytes.String `json:"key"`
+	Before jsonbytes.String `json:"before,omitempty"`
+	After  jsonbytes.String `json:"after,omitempty"`
+}
+
+// MarshalJSON writes c with its key and values in their jsonbytes form.
+func (c Change) MarshalJSON() ([]byte, error) {
+	return json.Marshal(changeJSON{Kind: c.Kind, Key: jsonbytes.String(c.Key),
+		Before: jsonbytes.String(c.Before), After: jsonbytes.String(c.After)})
+}
+
+// UnmarshalJSON reads what MarshalJSON writes.
+func (c *Change) UnmarshalJSON(b []byte) error {
+	var w changeJSON
+	if err := json.Unmarshal(b, &w); err != nil {
+		return err
+	}
+	*c = Change{Kind: w.Kind, Key: string(w.Key), Before: string(w.Before), After: string(w.After)}
+	return nil
 }
 
 // Domain is one domain's verdict for one transition.

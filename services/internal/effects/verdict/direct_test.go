@@ -188,7 +188,7 @@ func must(t *testing.T, err error) {
 // residue all the same, with or without the processes domain in scope.
 func TestResidueOfAManagedRun(t *testing.T) {
 	residue := &evidence.Snapshot{Domain: scope.Processes, Point: evidence.PointResidue,
-		Items: []evidence.Item{{Key: "pid=9 start=5", Value: `comm="sleep" exe=/bin/sleep cgroup=.`}}}
+		Items: []evidence.Item{{Key: "pid=9 start=5", Value: `comm="sleep" exe="/bin/sleep" cgroup=.`}}}
 	set := craft(t, evidence.ProtocolDirect, nil, nil)
 	must(t, set.WriteResidue(residue))
 	must(t, set.Close())
