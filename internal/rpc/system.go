@@ -1,5 +1,7 @@
 package rpc
 
+import "time"
+
 // Built-in actions of the daemon.
 const (
 	// ActionSystemInfo takes no params and returns SystemInfo.
@@ -22,6 +24,17 @@ type SystemInfo struct {
 	// BootID is /proc/sys/kernel/random/boot_id: it changes on every boot.
 	BootID  string      `json:"boot_id"`
 	Sandbox SandboxInfo `json:"sandbox"`
+	// Quarantined lists the sessions the store quarantined (empty when none, or with
+	// --system-only); delete one with session.delete to recover it.
+	Quarantined []QuarantinedSession `json:"quarantined"`
+}
+
+// QuarantinedSession is one quarantined session in system.info.
+type QuarantinedSession struct {
+	AgentID   string    `json:"agent_id"`
+	SessionID string    `json:"session_id"`
+	Reason    string    `json:"reason"`
+	Since     time.Time `json:"since"`
 }
 
 // SeccompRule is one row of the runs' seccomp filter.

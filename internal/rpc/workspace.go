@@ -60,6 +60,15 @@ type Session struct {
 	LiveRuns        int       `json:"live_runs"`
 	TurnCheckpoints bool      `json:"turn_checkpoints"`
 	Fenced          *Fence    `json:"fenced,omitempty"`
+	// Quarantine is set when the store could not finish the session's recovery: every operation
+	// on it but session.delete fails with the code "quarantined".
+	Quarantine *Quarantine `json:"quarantine,omitempty"`
+}
+
+// Quarantine says why the store quarantined a session and since when.
+type Quarantine struct {
+	Reason string    `json:"reason"`
+	Since  time.Time `json:"since"`
 }
 
 // Fence says why a session refuses state-changing operations.

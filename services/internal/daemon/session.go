@@ -119,5 +119,8 @@ func (h workspaceHandlers) session(s *store.Session) rpc.Session {
 	if f, ok := h.w.Fences.Get(s.AgentID, s.ID); ok {
 		out.Fenced = &rpc.Fence{Reason: f.Reason, Evidence: f.Evidence, Since: f.Since}
 	}
+	if q := s.Quarantine; q != nil {
+		out.Quarantine = &rpc.Quarantine{Reason: q.Reason, Since: q.Since}
+	}
 	return out
 }
