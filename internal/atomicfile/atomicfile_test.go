@@ -39,3 +39,31 @@ func TestWriteFailureLeavesOldContentAndNoTemporary(t *testing.T) {
 		t.Errorf("a failed Write left files behind: %v", ents)
 	}
 }
+
+func TestRemoveTempsRemovesOnlyLeftovers(t *testing.T) {
+	dir := t.TempDir()
+	if err := Write(filepath.Join(dir, "index.json"), []byte("{}"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	// What a Write killed between CreateTemp and Rename leaves.
+	f, err := os.CreateTemp(dir, ".index.json.tmp-*")
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	if err := os.WriteFile(filepath.Join(dir, "notes.tmp-1"), nil, 0o600); err != nil { // not Write's
+		t.Fatal(err)
+	}
+	removed, err := RemoveTemps(dir)
+	if err != nil || len(removed) != 1 || removed[0] != filepath.Base(f.Name()) {
+		t.Errorf("RemoveTemps = %v, %v; want [%s]", removed, err, filepath.Base(f.Name()))
+	}
+	ents, _ := os.ReadDir(dir)
+	var names []string
+	for _, e := range ents {
+		names = append(names, e.Name())
+	}
+	if len(names) != 2 || names[0] != "index.json" || names[1] != "notes.tmp-1" {
+		t.Errorf("left: %v; want index.json and notes.tmp-1", names)
+	}
+}

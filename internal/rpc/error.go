@@ -21,6 +21,7 @@ const (
 	CodeForbidden            Code = "forbidden"              // the action is not allowed on this listener
 	CodeNotFound             Code = "not_found"              // the named object (or endpoint) does not exist
 	CodeConflict             Code = "conflict"               // the object's state does not allow the action now
+	CodeQuarantined          Code = "quarantined"            // the session's recovery failed; only session.delete is served for it
 	CodeUnsupported          Code = "unsupported"            // this guest (kernel, build) cannot do it
 	CodeUnavailable          Code = "unavailable"            // the daemon is shutting down or the request was cancelled
 	CodeInternal             Code = "internal"               // a bug or an unexpected system failure
@@ -46,7 +47,7 @@ func (c Code) HTTPStatus() int {
 		return http.StatusUnauthorized
 	case CodeForbidden:
 		return http.StatusForbidden
-	case CodeConflict:
+	case CodeQuarantined, CodeConflict:
 		return http.StatusConflict
 	case CodeUnsupported:
 		return http.StatusNotImplemented

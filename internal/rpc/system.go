@@ -1,6 +1,10 @@
 package rpc
 
-import "github.com/allox-os/allox/internal/limit"
+import (
+	"time"
+
+	"github.com/allox-os/allox/internal/limit"
+)
 
 // Built-in actions of the daemon.
 const (
@@ -28,6 +32,17 @@ type SystemInfo struct {
 	// Limits says which resource limits are in force; absent with --system-only.
 	Limits  *LimitsInfo `json:"limits,omitempty"`
 	Sandbox SandboxInfo `json:"sandbox"`
+	// Quarantined lists the sessions the store quarantined (empty when none, or with
+	// --system-only); delete one with session.delete to recover it.
+	Quarantined []QuarantinedSession `json:"quarantined"`
+}
+
+// QuarantinedSession is one quarantined session in system.info.
+type QuarantinedSession struct {
+	AgentID   string    `json:"agent_id"`
+	SessionID string    `json:"session_id"`
+	Reason    string    `json:"reason"`
+	Since     time.Time `json:"since"`
 }
 
 // SeccompRule is one row of the runs' seccomp filter.

@@ -86,6 +86,15 @@ type Session struct {
 	// "memory.current", "memory.peak"); those that do not exist are left out, all of them until
 	// the session's first run.
 	CgroupFiles map[string]string `json:"cgroup_files,omitempty"`
+	// Quarantine is set when the store could not finish the session's recovery: every operation
+	// on it but session.delete fails with the code "quarantined".
+	Quarantine *Quarantine `json:"quarantine,omitempty"`
+}
+
+// Quarantine says why the store quarantined a session and since when.
+type Quarantine struct {
+	Reason string    `json:"reason"`
+	Since  time.Time `json:"since"`
 }
 
 // LimitsParams are session.create's optional limits; each field is optional, sizes in bytes.

@@ -79,6 +79,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		if sys.Sandbox, err = guardRuns(cfg, ws.Runs, ls.Ports()); err != nil {
 			return err
 		}
+		if err := ws.RemoveStale(); err != nil { // a leftover never stops the daemon
+			log.LogAttrs(ctx, slog.LevelWarn, "leftovers of deleted sessions not removed", slog.String("error", err.Error()))
+		}
+		sys.Quarantined = quarantined(ws.Store)
+		for _, q := range sys.Quarantined() {
+			log.LogAttrs(ctx, slog.LevelWarn, "session quarantined: its recovery could not finish; only session.delete is served for it",
+				slog.String("agent_id", q.AgentID), slog.String("session_id", q.SessionID), slog.String("reason", q.Reason))
+		}
 		if cfg.ManagedExecution {
 			log.LogAttrs(ctx, slog.LevelWarn, "MANAGED EXECUTION ENABLED: process.start with managed: true runs unsandboxed, as root; the VM is its only boundary",
 				slog.String("fix", "drop managed_execution from the image spec's sandbox block unless agents must change the system under the observer"))
@@ -164,8 +172,8 @@ func openWorkspace(cfg daemon.Config) (*workspace.Service, error) {
 		}
 		quota = &workspace.Quota{Session: cfg.SessionQuota, MaxSession: cfg.MaxSessionQuota}
 	}
-	// The state dir is traversable (not listable) for the runs' records dir, where bwrap, already
-	// the run's unprivileged uid, binds a run's private /tmp from; every record in it is 0600.
+	// The state dir is traversable, not listable (every file in it is 0600). Runs' private /tmp
+	// are no longer staged in it but in their sessions' directories.
 	if err := os.Chmod(cfg.State, 0o711); err != nil {
 		return nil, fmt.Errorf("state dir: %w", err)
 	}
@@ -205,6 +213,17 @@ func auditRun(log *audit.Log) func(string, *tracked.Status) {
 		}
 		_ = log.Append(audit.Entry{Action: event, AgentID: st.AgentID, SessionID: st.SessionID, RunID: st.RunID,
 			Origin: audit.Daemon, Outcome: audit.OK, Detail: detail})
+	}
+}
+
+// quarantined reports the store's quarantined sessions to system.info.
+func quarantined(st *store.Store) func() []system.Quarantined {
+	return func() []system.Quarantined {
+		var out []system.Quarantined
+		for _, q := range st.Quarantined() {
+			out = append(out, system.Quarantined{AgentID: q.AgentID, SessionID: q.SessionID, Reason: q.Reason, Since: q.Since})
+		}
+		return out
 	}
 }
 

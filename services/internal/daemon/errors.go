@@ -27,6 +27,8 @@ func rpcError(err error) *rpc.Error {
 	case errors.Is(err, store.ErrInvalidID), errors.Is(err, store.ErrInvalidLabel), errors.Is(err, tracked.ErrInvalid), errors.Is(err, tracker.ErrInvalid),
 		errors.Is(err, workspace.ErrInvalidLimits):
 		code = rpc.CodeInvalidParams
+	case errors.Is(err, store.ErrQuarantined):
+		code = rpc.CodeQuarantined
 	case errors.Is(err, store.ErrNotFound), errors.Is(err, tracked.ErrNotFound), errors.Is(err, tracker.ErrNotFound):
 		code = rpc.CodeNotFound
 	case errors.Is(err, store.ErrExists), errors.Is(err, store.ErrPinned), errors.Is(err, store.ErrConflict),

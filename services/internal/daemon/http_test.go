@@ -182,6 +182,7 @@ func TestSystemInfo(t *testing.T) {
 			BootID: "b00710d0-0000-4000-8000-000000000000",
 			Sandbox: rpc.SandboxInfo{RunUID: 2000, RunGID: 2001, GuardedPorts: []uint16{8092, 8093}, ManagedExecution: true,
 				Seccomp: []rpc.SeccompRule{{Syscall: "bpf", Number: 321, When: "always", Args: []rpc.SeccompArg{}, Errno: "EPERM"}}},
+			Quarantined: []rpc.QuarantinedSession{}, // an empty list on the wire when none is
 		}
 		if diff := cmp.Diff(want, got); diff != "" {
 			t.Errorf("system.info mismatch (-want +got):\n%s", diff)

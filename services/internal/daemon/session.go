@@ -142,6 +142,9 @@ func (h workspaceHandlers) session(s *store.Session) rpc.Session {
 	if files := h.w.Runs.GroupFiles(s.AgentID, s.ID, ""); len(files) > 0 {
 		out.CgroupFiles = files
 	}
+	if q := s.Quarantine; q != nil {
+		out.Quarantine = &rpc.Quarantine{Reason: q.Reason, Since: q.Since}
+	}
 	return out
 }
 

@@ -49,8 +49,12 @@ func (h systemHandlers) info(_ context.Context, c *Call) (any, error) {
 		Sandbox: rpc.SandboxInfo{RunUID: info.Sandbox.RunUID, RunGID: info.Sandbox.RunGID,
 			Seccomp: seccompRules(info.Sandbox.Seccomp), GuardedPorts: nonNil(info.Sandbox.GuardedPorts),
 			ManagedExecution: info.Sandbox.ManagedExecution},
-		Tasks:  info.Tasks,
-		Limits: limitsInfo(h.ws),
+		Tasks:       info.Tasks,
+		Limits:      limitsInfo(h.ws),
+		Quarantined: []rpc.QuarantinedSession{},
+	}
+	for _, q := range info.Quarantined {
+		res.Quarantined = append(res.Quarantined, rpc.QuarantinedSession{AgentID: q.AgentID, SessionID: q.SessionID, Reason: q.Reason, Since: q.Since})
 	}
 	if info.Image != nil {
 		res.Image = &rpc.ImageInfo{Name: info.Image.Name, Version: info.Image.Version}

@@ -104,3 +104,8 @@ func strays(tb testing.TB, current string) []string {
 	}
 	return m
 }
+
+// openNoWait opens the store without waiting for the state lock: for tests that expect it held.
+func openNoWait(root, state string) (*Store, error) {
+	return OpenOptions(root, state, Options{LockWait: -1})
+}

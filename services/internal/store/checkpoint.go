@@ -58,6 +58,9 @@ func (s *Store) CreateCheckpoint(agentID, sessionID, id string, opt CheckpointOp
 	}
 	s.mu.Lock()
 	_, _, err := s.findCheckpoint(op, agentID, sessionID, id)
+	if q := s.quarantinedLocked(agentID, sessionID); q != nil {
+		err = quarantinedError(op, q)
+	}
 	s.mu.Unlock()
 	if err == nil {
 		return nil, exists(op, "checkpoint_id", id)
@@ -94,6 +97,9 @@ func (s *Store) CreateCheckpoint(agentID, sessionID, id string, opt CheckpointOp
 		if err == nil {
 			err = exists(op, "checkpoint_id", id)
 		}
+		return nil, err
+	}
+	if err := refuseNested(op, sessionID, cur); err != nil {
 		return nil, err
 	}
 	t := s.newTxn(opCheckpoint, agentID, sessionID)
@@ -133,6 +139,26 @@ func (s *Store) CreateCheckpoint(agentID, sessionID, id string, opt CheckpointOp
 	return s.checkpoint(agentID, sessionID, id, rec), nil
 }
 
+// refuseNested refuses to checkpoint a current/ that holds nested subvolumes: a Btrfs snapshot
+// is not recursive, so the checkpoint would hold an empty directory in place of each and a
+// rollback to it would silently lose their contents.
+func refuseNested(op, sessionID string, cur *osFile) error {
+	kids, err := childSubvols(int(cur.Fd()))
+	if err != nil {
+		return fmt.Errorf("%s: %w", op, err)
+	}
+	if len(kids) == 0 {
+		return nil
+	}
+	more := ""
+	if len(kids) > 1 {
+		more = fmt.Sprintf(" (and %d more)", len(kids)-1)
+	}
+	return &Error{Op: op, Field: "session_id", ID: sessionID,
+		Err:  fmt.Errorf("%w: current/%s is a nested Btrfs subvolume%s, which a checkpoint cannot hold", ErrConflict, kids[0].Path, more),
+		Hint: "delete it (btrfs subvolume delete) or move its contents into a plain directory"}
+}
+
 // abort ends a failed transaction. After a simulated crash it leaves everything as it is, for
 // recovery at the next Open; otherwise it runs that recovery now, so nothing is changed.
 func (s *Store) abort(t *txn, op string, err error) error {
@@ -140,8 +166,8 @@ func (s *Store) abort(t *txn, op string, err error) error {
 	if errors.As(err, &c) {
 		s.park(t)
 	} else if rerr := s.recoverTxn(t); rerr != nil {
-		s.park(t)
-		err = errors.Join(err, fmt.Errorf("undo: %w; the session is refused until the daemon restarts and recovers it", rerr))
+		s.quarantineTxn(t, fmt.Errorf("undo after %v: %w", err, rerr))
+		err = errors.Join(err, fmt.Errorf("undo: %w; the session is quarantined: %s", rerr, quarantineHint))
 	}
 	return fmt.Errorf("%s: %w", op, err)
 }

@@ -3,6 +3,19 @@
 // them (<root>/agents/<agent_id>/workspace/{shared,sessions/<session_id>/{current,checkpoints}})
 // and keeps its own state (the checkpoint index, the transaction journal, audit events) in a
 // separate state directory that no rollback ever touches. It knows nothing about HTTP.
+//
+// Nested subvolumes: a Btrfs snapshot is not recursive, so a subvolume nested in current/ (a
+// managed run or an old workspace can make one) would be an empty directory in a checkpoint.
+// CreateCheckpoint therefore refuses such a current/, naming the path; every deletion (the
+// session, the current/ a rollback displaced, leftovers) deletes nested subvolumes first,
+// deepest first, found through Btrfs's own back references (BTRFS_IOC_GET_SUBVOL_ROOTREF), not a
+// walk of the tree. A rollback discards them with the rest of the old current/.
+//
+// Failures: the index never names a subvolume that is gone (a half-done delete forgets what it
+// deleted). A journaled transaction that cannot be finished — at start or when undoing a failed
+// step — quarantines its session (Quarantined, Session.Quarantine, ErrQuarantined): the store
+// opens and serves everything else, refuses the session's operations with the reason, and
+// session.delete removes it whatever state it is in.
 package store
 
 import (

@@ -22,7 +22,7 @@ func TestHandover(t *testing.T) {
 	}
 	write(t, filepath.Join(s1.Current, "f.txt"), "changed")
 
-	if _, err := Open(s.root, s.stateDir); err == nil {
+	if _, err := openNoWait(s.root, s.stateDir); err == nil {
 		t.Fatal("a second Open succeeded while the store holds its state lock")
 	}
 	blocked := make(chan error, 1)
@@ -73,7 +73,7 @@ func TestHandoverErrorKeepsStore(t *testing.T) {
 	if _, err := s.CreateCheckpoint("a", "s1", "after", CheckpointOptions{}); err != nil {
 		t.Errorf("store unusable after a failed handover: %v", err)
 	}
-	if _, err := Open(s.root, s.stateDir); err == nil {
+	if _, err := openNoWait(s.root, s.stateDir); err == nil {
 		t.Error("the state lock was not taken back")
 	}
 }

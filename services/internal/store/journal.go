@@ -18,6 +18,7 @@ const (
 	opRollback      = "rollback"
 	opDeleteSession = "delete-session"
 	opCreateSession = "create-session"
+	opCreateAgent   = "create-agent"
 )
 
 // Journaled steps, in order. Each is recorded in the transaction's journal file before it
@@ -33,6 +34,13 @@ const (
 	stepRbDeleteOld = "rollback.delete-old"    // delete .rollback-<txn>, now the old current
 	stepDelSubvols  = "delete-session.subvols" // delete current/ and the checkpoints
 	stepDelIndex    = "delete-session.index"   // drop the session from the index
+	stepAgentDirs   = "agent.dirs"             // mkdir the agent's workspace, shared/ and sessions/
+	stepAgentIndex  = "agent.index"            // add the agent to the index
+
+	// stepSubvolDelete is not journaled: the step hook is called with "subvolume.delete <path>"
+	// (the path below the session directory, e.g. current/x/y) before each subvolume is deleted,
+	// nested ones first, and its error stands for that deletion failing.
+	stepSubvolDelete = "subvolume.delete"
 )
 
 // txn is one journal record, stateDir/journal/<id>.json. It is rewritten at each step and
@@ -51,6 +59,10 @@ type txn struct {
 
 	Labels map[string]string `json:"labels,omitempty"`
 	Pin    bool              `json:"pin,omitempty"`
+
+	// Quarantined is set when recovery could not finish the transaction: its session is
+	// quarantined, since then, for that reason (see quarantine.go).
+	Quarantined *quarantineRec `json:"quarantined,omitempty"`
 }
 
 const journalDir = "journal"

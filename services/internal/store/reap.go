@@ -154,7 +154,7 @@ func (s *Store) deleteOld(t *txn) error {
 		return err
 	}
 	if tmp != 0 && tmp == t.OldID {
-		if err := subvolDelete(int(dir.Fd()), t.Tmp); err != nil {
+		if err := s.deleteSubvol(int(dir.Fd()), t.Tmp, t.Tmp); err != nil {
 			return err
 		}
 		s.quotaFreed()

@@ -3,7 +3,6 @@ package store
 import (
 	"errors"
 	"fmt"
-	"os"
 	"strings"
 
 	"golang.org/x/sys/unix"
@@ -49,8 +48,11 @@ func planRollback(t *txn, cur, tmp uint64) (a action, deleteTmp bool) {
 }
 
 // recover finishes or undoes every transaction left in the journal, then removes leftovers
-// that no transaction and no index entry owns.
-func (s *Store) recover() error {
+// that no transaction and no index entry owns. A transaction it cannot finish quarantines its
+// session (and holds back the session's later transactions); the rest of the store is served.
+// At start-up (not after a Handover, while other sessions' runs are live) it also empties every
+// session's /tmp staging.
+func (s *Store) recover(startup bool) error {
 	txns, err := loadJournal(s.stateDir)
 	if err != nil {
 		return err
@@ -59,21 +61,21 @@ func (s *Store) recover() error {
 	// delete mode it is queued for the reaper or left journaled, and the sweep keeps it.
 	mode, r := s.currentDeleteMode()
 	keep := map[string]bool{}
-	var errs []error
 	for _, t := range txns {
+		if s.holdTxn(t) {
+			continue
+		}
 		if t.Op == opRollback && t.Step == stepRbDeleteOld &&
 			(mode == DeleteLater || mode == DeleteInBackground && r.enqueue(t)) {
 			keep[reapKey(t)] = true
 			continue
 		}
 		if err := s.recoverTxn(t); err != nil {
-			errs = append(errs, fmt.Errorf("journal %s (%s at %s): %w", t.ID, t.Op, t.Step, err))
+			s.quarantineTxn(t, fmt.Errorf("at %s: %w", t.Step, err))
 		}
 	}
-	if len(errs) > 0 {
-		return errors.Join(errs...)
-	}
-	return s.sweep(keep)
+	s.sweep(keep, startup)
+	return nil
 }
 
 func (s *Store) recoverTxn(t *txn) error {
@@ -88,13 +90,18 @@ func (s *Store) recoverTxn(t *txn) error {
 		done := s.ix.session(t.Agent, t.Session) != nil
 		s.mu.Unlock()
 		if !done {
-			err = s.deleteSessionTree(t.Agent, t.Session)
+			_, err = s.deleteSessionTree(t.Agent, t.Session)
 		}
 	case opDeleteSession:
-		err = s.deleteSessionTree(t.Agent, t.Session)
-		if err == nil {
+		var deleted []string
+		deleted, err = s.deleteSessionTree(t.Agent, t.Session)
+		if err != nil {
+			err = errors.Join(err, s.forgetCheckpoints(t.Agent, t.Session, deleted))
+		} else {
 			err = s.forgetSession(t.Agent, t.Session)
 		}
+	case opCreateAgent:
+		err = s.recoverCreateAgent(t)
 	default:
 		err = fmt.Errorf("BUG: unknown journal op %q", t.Op)
 	}
@@ -124,7 +131,7 @@ func (s *Store) recoverCheckpoint(t *txn) error {
 	if ok, err := existsAt(int(cps.Fd()), t.Checkpoint); !ok {
 		return err
 	}
-	return subvolDelete(int(cps.Fd()), t.Checkpoint)
+	return s.deleteSubvol(int(cps.Fd()), t.Checkpoint, "checkpoints/"+t.Checkpoint)
 }
 
 func (s *Store) recoverRollback(t *txn) error {
@@ -164,57 +171,86 @@ func (s *Store) recoverRollback(t *txn) error {
 		}
 	}
 	if del {
-		return subvolDelete(d, t.Tmp)
+		return s.deleteSubvol(d, t.Tmp, t.Tmp)
 	}
 	return nil
 }
 
 // sweep removes what a crash can leave behind outside any journal entry: snapshots in
 // checkpoints/ the index does not know (a delete that forgot the checkpoint first), .rollback-*
-// copies beside a healthy current/, and agent trees moved aside for deletion.
-func (s *Store) sweep(keep map[string]bool) error {
-	if agents, err := os.ReadDir(s.abs("agents")); err == nil {
-		for _, e := range agents {
-			if strings.HasPrefix(e.Name(), ".deleted-") {
-				os.RemoveAll(s.abs("agents/" + e.Name()))
+// copies beside a healthy current/, agent trees moved aside for deletion and, at start-up, the
+// runs' /tmp staging. It leaves quarantined sessions alone. What it cannot remove is audited and
+// left for the next start: a leftover never keeps the store from opening.
+func (s *Store) sweep(keep map[string]bool, startup bool) {
+	if agents, err := openDir(s.fd(), "agents"); err == nil {
+		names, _ := agents.Readdirnames(-1)
+		for _, n := range names {
+			if strings.HasPrefix(n, ".deleted-") {
+				if err := s.removeAll(int(agents.Fd()), n, "agents/"+n); err != nil {
+					s.audit("sweep", "", "", "", err.Error())
+				}
 			}
 		}
+		agents.Close()
 	}
+	s.mu.Lock()
+	type sess struct {
+		agent, id string
+		rec       *sessionRec
+	}
+	var all []sess
 	for aid, a := range s.ix.Agents {
 		for sid, sr := range a.Sessions {
-			if err := s.sweepSession(aid, sid, sr, keep); err != nil {
-				return fmt.Errorf("sweep %s/%s: %w", aid, sid, err)
+			if s.quarantinedLocked(aid, sid) == nil {
+				all = append(all, sess{aid, sid, sr})
 			}
 		}
 	}
-	return nil
+	s.mu.Unlock()
+	for _, x := range all {
+		if err := s.sweepSession(x.agent, x.id, x.rec, keep, startup); err != nil {
+			s.audit("sweep", x.agent, x.id, "", err.Error())
+		}
+	}
 }
 
-func (s *Store) sweepSession(agentID, sessionID string, sr *sessionRec, keep map[string]bool) error {
+// RunTmpDir is the directory, in each session's directory (beside current/, so on the session's
+// own filesystem but in no checkpoint), where the runs' private /tmp are staged.
+const RunTmpDir = ".run-tmp"
+
+func (s *Store) sweepSession(agentID, sessionID string, sr *sessionRec, keep map[string]bool, startup bool) error {
 	dir, err := openDir(s.fd(), sessionRel(agentID, sessionID))
 	if err != nil {
 		return nil // nothing to sweep; operations on the session report the problem
 	}
 	defer dir.Close()
+	var errs []error
+	if startup {
+		if tmp, err := openDir(int(dir.Fd()), RunTmpDir); err == nil {
+			names, _ := tmp.Readdirnames(-1)
+			for _, n := range names {
+				errs = append(errs, s.removeAll(int(tmp.Fd()), n, RunTmpDir+"/"+n))
+			}
+			tmp.Close()
+		}
+	}
 	if cps, err := openDir(int(dir.Fd()), "checkpoints"); err == nil {
 		names, _ := cps.Readdirnames(-1)
 		for _, n := range names {
 			if sr.Checkpoints[n] == nil {
-				subvolDelete(int(cps.Fd()), n)
+				errs = append(errs, s.removeAll(int(cps.Fd()), n, "checkpoints/"+n))
 			}
 		}
 		cps.Close()
 	}
 	if ok, _ := openSubvolCheck(int(dir.Fd()), "current"); !ok {
-		return nil // never drop a copy while current/ is not healthy
+		return errors.Join(errs...) // never drop a copy while current/ is not healthy
 	}
 	names, _ := dir.Readdirnames(-1)
 	for _, n := range names {
 		if isRollbackSwap(n) && !keep[agentID+"/"+sessionID+"/"+n] {
-			if err := subvolDelete(int(dir.Fd()), n); err != nil {
-				return err
-			}
+			errs = append(errs, s.deleteSubvol(int(dir.Fd()), n, n))
 		}
 	}
-	return nil
+	return errors.Join(errs...)
 }

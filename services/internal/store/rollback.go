@@ -97,7 +97,7 @@ func (s *Store) Rollback(ctx context.Context, agentID, sessionID, checkpointID s
 	case mode == DeleteInBackground && r.enqueue(t):
 	case mode == DeleteLater:
 	default:
-		if err := subvolDelete(d, t.Tmp); err == nil {
+		if err := s.deleteSubvol(d, t.Tmp, t.Tmp); err == nil {
 			s.quotaFreed()
 			if err := s.journalRemove(t); err != nil {
 				return nil, fmt.Errorf("%s: %w", op, err)

@@ -13,11 +13,24 @@ type Session struct {
 	Created     time.Time
 	Current     string // path of current/
 	Head        string // checkpoint current/ was last restored from or checkpointed at; "" none
+	// Quarantine is set when the session is quarantined: its operations other than
+	// session.delete are refused (ErrQuarantined).
+	Quarantine *Quarantine
 }
 
+// session builds a Session; r is nil for a quarantined session the index does not hold. The
+// caller holds s.mu.
 func (s *Store) session(agentID, id string, r *sessionRec) *Session {
-	return &Session{AgentID: agentID, ID: id, Created: r.Created, Head: r.Head,
-		Current: s.abs(sessionRel(agentID, id) + "/current")}
+	out := &Session{AgentID: agentID, ID: id, Current: s.abs(sessionRel(agentID, id) + "/current")}
+	if r != nil {
+		out.Created, out.Head = r.Created, r.Head
+	}
+	if q := s.quarantinedLocked(agentID, id); q != nil {
+		c := *q
+		c.Txns = append([]string(nil), q.Txns...)
+		out.Quarantine = &c
+	}
+	return out
 }
 
 // findSession checks both ids and returns the session record. The caller holds s.mu.
@@ -131,12 +144,12 @@ func (s *Store) makeSessionTree(rel string) error {
 	return subvolCreate(int(dir.Fd()), "current")
 }
 
-// GetSession returns one session.
+// GetSession returns one session, a quarantined one too (even one the index does not hold).
 func (s *Store) GetSession(agentID, id string) (*Session, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	r, err := s.findSession("session.get", agentID, id)
-	if err != nil {
+	if err != nil && !(errors.Is(err, ErrNotFound) && s.quarantinedLocked(agentID, id) != nil) {
 		return nil, err
 	}
 	return s.session(agentID, id, r), nil
@@ -163,13 +176,34 @@ func (s *Store) ListSessions(agentID string) ([]*Session, error) {
 }
 
 // SessionPaths returns the paths a run of the session needs: its current/, the agent's shared/
-// and the agent's workspace.
+// and the agent's workspace. A quarantined session is refused (ErrQuarantined).
 func (s *Store) SessionPaths(agentID, sessionID string) (current, shared, agentWorkspace string, err error) {
+	p, err := s.RunPaths(agentID, sessionID)
+	return p.Current, p.Shared, p.AgentWorkspace, err
+}
+
+// Paths are the host paths a run of a session needs.
+type Paths struct {
+	Current        string // the session's current/
+	Shared         string // the agent's shared/
+	AgentWorkspace string // the agent's workspace/
+	// RunTmp is where the runs' private /tmp are staged: <session dir>/.run-tmp, on the
+	// session's own filesystem, beside current/ (so in no checkpoint) and outside the state
+	// directory. The session's deletion removes it; every start empties it.
+	RunTmp string
+}
+
+// RunPaths returns the session's Paths. A quarantined session is refused (ErrQuarantined).
+func (s *Store) RunPaths(agentID, sessionID string) (Paths, error) {
+	const op = "session.paths"
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if _, err := s.findSession("session.paths", agentID, sessionID); err != nil {
-		return "", "", "", err
+	if _, err := s.findSession(op, agentID, sessionID); err != nil {
+		return Paths{}, err
 	}
-	ws := s.abs(workspaceRel(agentID))
-	return s.abs(sessionRel(agentID, sessionID) + "/current"), ws + "/shared", ws, nil
+	if q := s.quarantinedLocked(agentID, sessionID); q != nil {
+		return Paths{}, quarantinedError(op, q)
+	}
+	ws, dir := s.abs(workspaceRel(agentID)), s.abs(sessionRel(agentID, sessionID))
+	return Paths{Current: dir + "/current", Shared: ws + "/shared", AgentWorkspace: ws, RunTmp: dir + "/" + RunTmpDir}, nil
 }

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/allox-os/allox/internal/atomicfile"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -78,4 +79,14 @@ func jsonIndent(v any) ([]byte, error) { return json.MarshalIndent(v, "", "\t") 
 
 func mkdirState(stateDir string) error {
 	return os.MkdirAll(filepath.Join(stateDir, journalDir), 0o700)
+}
+
+// removeTemps removes the temporary files that index and journal writes killed half-way left
+// (atomicfile's ".<name>.tmp-*"); Open calls it under the state lock, before anything writes.
+func (s *Store) removeTemps() {
+	for _, d := range []string{s.stateDir, filepath.Join(s.stateDir, journalDir)} {
+		if removed, err := atomicfile.RemoveTemps(d); err != nil || len(removed) > 0 {
+			s.audit("cleanup", "", "", "", fmt.Sprintf("removed temporary files %v in %s (%v)", removed, d, err))
+		}
+	}
 }

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"sync"
+	"time"
 
 	"golang.org/x/sys/unix"
 )
@@ -27,8 +28,11 @@ type Store struct {
 	sessions map[string]*sync.Mutex // per-session operation locks
 	inUse    map[string]int         // checkpoint keys a rollback is restoring from
 	pending  map[string]string      // session key → id of a transaction left for recovery
-	hookFn   func(step string) error
-	seq      uint64
+	// quarantine holds the sessions whose recovery could not complete (see quarantine.go).
+	quarantine map[string]*Quarantine
+	lockWait   time.Duration
+	hookFn     func(step string) error
+	seq        uint64
 
 	deleteMode DeleteMode // see SetDeleteMode
 	reaper     *reaper    // with DeleteInBackground
@@ -37,11 +41,33 @@ type Store struct {
 }
 
 // Open opens the store at root (which must be on Btrfs) with its state in stateDir, which must
-// not be inside root/agents. It first recovers every transaction a crash left in the journal.
+// not be inside root/agents. It first recovers every transaction a crash left in the journal; a
+// session whose recovery cannot complete is quarantined (see Quarantined), never the store.
 func Open(root, stateDir string) (*Store, error) { return OpenWith(root, stateDir, DeleteNow) }
 
 // OpenWith is Open with the delete mode set before the recovery (see SetDeleteMode).
 func OpenWith(root, stateDir string, mode DeleteMode) (*Store, error) {
+	return OpenOptions(root, stateDir, Options{DeleteMode: mode})
+}
+
+// Options are the optional settings of OpenOptions.
+type Options struct {
+	DeleteMode DeleteMode
+	// LockWait bounds how long Open waits for another holder of the state lock to let go (a
+	// daemon that is still exiting, e.g. while the kernel finishes a subvolume deletion it
+	// started); 0 means DefaultLockWait, a negative value not at all.
+	LockWait time.Duration
+}
+
+// DefaultLockWait is how long Open waits for the state lock by default.
+const DefaultLockWait = 30 * time.Second
+
+// OpenOptions is Open with options.
+func OpenOptions(root, stateDir string, o Options) (*Store, error) {
+	mode := o.DeleteMode
+	if o.LockWait == 0 {
+		o.LockWait = DefaultLockWait
+	}
 	root, err := filepath.Abs(root)
 	if err != nil {
 		return nil, err
@@ -70,16 +96,18 @@ func OpenWith(root, stateDir string, mode DeleteMode) (*Store, error) {
 	if uint32(fs.Type) != unix.BTRFS_SUPER_MAGIC {
 		return nil, fmt.Errorf("open store: root %s is not on Btrfs (filesystem magic %#x); mount a Btrfs filesystem there", root, fs.Type)
 	}
-	lock, err := lockState(stateDir)
+	lock, err := lockState(stateDir, o.LockWait)
 	if err != nil {
 		return nil, fmt.Errorf("open store: %w", err)
 	}
-	s := &Store{root: root, stateDir: stateDir, lock: lock,
-		sessions: map[string]*sync.Mutex{}, inUse: map[string]int{}, pending: map[string]string{}}
+	s := &Store{root: root, stateDir: stateDir, lock: lock, lockWait: o.LockWait,
+		sessions: map[string]*sync.Mutex{}, inUse: map[string]int{}, pending: map[string]string{},
+		quarantine: map[string]*Quarantine{}}
 	s.SetDeleteMode(mode)
 	if s.rootDir, err = os.Open(root); err == nil {
+		s.removeTemps()
 		if s.ix, err = loadIndex(stateDir); err == nil {
-			err = s.recover()
+			err = s.recover(true)
 		}
 	}
 	if err != nil {
@@ -87,19 +115,6 @@ func OpenWith(root, stateDir string, mode DeleteMode) (*Store, error) {
 		return nil, fmt.Errorf("open store: %w", err)
 	}
 	return s, nil
-}
-
-// lockState takes an exclusive lock on the state directory: one store per state.
-func lockState(stateDir string) (*os.File, error) {
-	f, err := os.OpenFile(filepath.Join(stateDir, ".lock"), os.O_RDWR|os.O_CREATE, 0o600)
-	if err != nil {
-		return nil, err
-	}
-	if err := unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB); err != nil {
-		f.Close()
-		return nil, fmt.Errorf("state dir %s is in use by another store (is another daemon running?): %w", stateDir, err)
-	}
-	return f, nil
 }
 
 // Close releases the store's directory handle and its lock on the state directory.
@@ -159,8 +174,13 @@ func (s *Store) lockSession(op, agentID, sessionID string) (unlock func(), err e
 	s.mu.Unlock()
 	m.Lock()
 	s.mu.Lock()
-	txn, lost := s.pending[k], s.lost
+	txn, lost, q := s.pending[k], s.lost, s.quarantine[k]
 	s.mu.Unlock()
+	if q != nil && op != opSessionDelete {
+		m.Unlock()
+		s.ops.RUnlock()
+		return nil, quarantinedError(op, q)
+	}
 	if lost != nil {
 		m.Unlock()
 		s.ops.RUnlock()
@@ -188,7 +208,7 @@ func (s *Store) Handover(fn func() error) error {
 		return fmt.Errorf("handover: release the state lock: %w", err)
 	}
 	fnErr := fn()
-	lock, err := lockState(s.stateDir)
+	lock, err := lockState(s.stateDir, s.lockWait)
 	if err != nil {
 		s.mu.Lock()
 		s.lost = fmt.Errorf("the state lock was lent out and could not be taken back (%w); restart the daemon", err)
@@ -199,9 +219,9 @@ func (s *Store) Handover(fn func() error) error {
 	ix, err := loadIndex(s.stateDir)
 	if err == nil {
 		s.mu.Lock()
-		s.ix, s.pending = ix, map[string]string{}
+		s.ix, s.pending, s.quarantine = ix, map[string]string{}, map[string]*Quarantine{}
 		s.mu.Unlock()
-		err = s.recover()
+		err = s.recover(false)
 	}
 	if err != nil {
 		return errors.Join(fnErr, fmt.Errorf("handover: reload: %w", err))

@@ -153,7 +153,7 @@ func TestPinned(t *testing.T) {
 
 func TestOpenRefuses(t *testing.T) {
 	s, root, state := newStore(t)
-	if _, err := Open(root, state); err == nil {
+	if _, err := openNoWait(root, state); err == nil {
 		t.Error("second Open on the same state dir: want error")
 	}
 	if _, err := Open(root, filepath.Join(root, "agents", "x")); err == nil {

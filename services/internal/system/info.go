@@ -9,6 +9,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/allox-os/allox/internal/manifest"
 )
@@ -24,6 +25,15 @@ type Info struct {
 	Self    Self
 	Tasks   int
 	Sandbox Sandbox
+	// Quarantined are the sessions the workspace store quarantined (none with --system-only).
+	Quarantined []Quarantined
+}
+
+// Quarantined is a session whose journaled recovery the store could not finish.
+type Quarantined struct {
+	AgentID, SessionID string
+	Reason             string
+	Since              time.Time
 }
 
 // SeccompRule is one row of the runs' seccomp filter: a call (its x86_64 number), the condition
@@ -91,16 +101,21 @@ func (s *System) Info() (*Info, error) {
 	if err != nil {
 		return nil, fmt.Errorf("boot id: %w", err)
 	}
+	var quarantined []Quarantined
+	if s.Quarantined != nil {
+		quarantined = s.Quarantined()
+	}
 	return &Info{
-		Version: s.Version,
-		Image:   img,
-		Kernel:  k,
-		Store:   Store{Root: s.Root, FSType: FSTypeName(magic)},
-		Cgroup:  cg,
-		BootID:  strings.TrimSpace(string(bootID)),
-		Self:    s.self(),
-		Tasks:   s.tasks(),
-		Sandbox: s.Sandbox,
+		Quarantined: quarantined,
+		Version:     s.Version,
+		Image:       img,
+		Kernel:      k,
+		Store:       Store{Root: s.Root, FSType: FSTypeName(magic)},
+		Cgroup:      cg,
+		BootID:      strings.TrimSpace(string(bootID)),
+		Self:        s.self(),
+		Tasks:       s.tasks(),
+		Sandbox:     s.Sandbox,
 	}, nil
 }
 

@@ -30,6 +30,9 @@ type System struct {
 	Version string
 	// Sandbox is reported as it is by Info; the daemon sets it once its runs' boundary is up.
 	Sandbox Sandbox
+	// Quarantined, when set (the daemon sets it once the store is open), lists the sessions the
+	// store quarantined, for Info.
+	Quarantined func() []Quarantined
 
 	// Kernel effects and queries.
 	Uname    func() (Kernel, error)

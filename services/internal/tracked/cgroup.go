@@ -150,3 +150,41 @@ func (c *cgroups) remove(group string) error {
 	}
 	return err
 }
+
+// removeTree kills every process in group and below it, waits until they are gone and removes
+// the group and every group below it, deepest first. A group that does not exist is no error.
+func (c *cgroups) removeTree(ctx context.Context, group string) error {
+	if _, err := os.Stat(c.path(group)); errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err := c.killWait(ctx, group); err != nil {
+		return err
+	}
+	return c.removeEmpty(group)
+}
+
+func (c *cgroups) removeEmpty(group string) error {
+	ents, err := os.ReadDir(c.path(group))
+	if err != nil && !errors.Is(err, os.ErrNotExist) {
+		return err
+	}
+	var errs []error
+	for _, e := range ents {
+		if e.IsDir() {
+			errs = append(errs, c.removeEmpty(filepath.Join(group, e.Name())))
+		}
+	}
+	return errors.Join(append(errs, c.remove(group))...)
+}
+
+// children lists the groups directly below group.
+func (c *cgroups) children(group string) []string {
+	ents, _ := os.ReadDir(c.path(group))
+	var out []string
+	for _, e := range ents {
+		if e.IsDir() && validID(e.Name()) {
+			out = append(out, e.Name())
+		}
+	}
+	return out
+}

@@ -3,6 +3,7 @@ package tracked
 import (
 	"context"
 	"fmt"
+	"github.com/allox-os/allox/internal/atomicfile"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -50,16 +51,13 @@ func NewManager(cfg Config) (*Manager, error) {
 	if err := cfg.normalize(); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrSandbox, err)
 	}
-	// Traversable but not listable: bwrap, already the run's unprivileged identity, must reach a
-	// run's private /tmp in it; the records themselves are the daemon's alone (mode 0600).
-	if err := os.MkdirAll(cfg.RecordsDir, 0o711); err != nil {
+	// The records are the daemon's alone: no run needs to reach anything in them (a run's
+	// private /tmp is staged in its session's directory).
+	if err := os.MkdirAll(cfg.RecordsDir, 0o700); err != nil {
 		return nil, fmt.Errorf("records dir: %w", err)
 	}
-	if err := os.Chmod(cfg.RecordsDir, 0o711); err != nil {
+	if err := os.Chmod(cfg.RecordsDir, 0o700); err != nil {
 		return nil, fmt.Errorf("records dir: %w", err)
-	}
-	if err := traversable(cfg.RecordsDir, cfg.RunUID, cfg.RunGID); err != nil {
-		return nil, fmt.Errorf("%w: records dir: %w", ErrSandbox, err)
 	}
 	cg, err := newCgroups(&cfg)
 	if err != nil {
@@ -81,6 +79,7 @@ func (m *Manager) recover() error {
 	if err != nil {
 		return fmt.Errorf("load run records: %w", err)
 	}
+	m.removeLeftovers(sts)
 	for _, st := range sts {
 		r := &run{st: st, group: m.cg.group(st.AgentID, st.SessionID, st.RunID), done: make(chan struct{})}
 		close(r.done)
@@ -89,16 +88,40 @@ func (m *Manager) recover() error {
 			_ = m.cg.killWait(ctx, r.group)
 			cancel()
 			_ = m.cg.remove(r.group)
-			_ = os.RemoveAll(filepath.Join(runDir(&m.cfg, st.RunID), "tmp"))
 			st.State, st.Reason, st.Ended = StateFailed, "manager restarted while the run was live; run killed", time.Now().UTC()
 			if err := writeStatus(runDir(&m.cfg, st.RunID), st); err != nil {
 				return fmt.Errorf("run record %s: %w", st.RunID, err)
 			}
 			m.notify(EventExit, st)
 		}
+		if st.Tmp != "" {
+			_ = os.RemoveAll(st.Tmp) // a run the daemon died under did not sync it
+		}
 		m.runs[st.RunID] = r
 	}
 	return nil
+}
+
+// removeLeftovers removes what a daemon killed mid-way left in the records dir: run directories
+// without a record (killed between making the directory and writing the record), temporary
+// files of record writes, and the /tmp a record from before the staging moved kept beside it.
+func (m *Manager) removeLeftovers(sts []*Status) {
+	known := map[string]bool{}
+	for _, st := range sts {
+		known[st.RunID] = true
+	}
+	ents, _ := os.ReadDir(m.cfg.RecordsDir)
+	for _, e := range ents {
+		dir := filepath.Join(m.cfg.RecordsDir, e.Name())
+		switch {
+		case !e.IsDir() || !validRunID(e.Name()):
+		case !known[e.Name()]:
+			_ = os.RemoveAll(dir)
+		default:
+			_, _ = atomicfile.RemoveTemps(dir)
+			_ = os.RemoveAll(filepath.Join(dir, "tmp"))
+		}
+	}
 }
 
 func (m *Manager) lookup(runID string) (*run, error) {
@@ -223,9 +246,17 @@ func (m *Manager) KillSession(ctx context.Context, agentID, sessionID string) er
 	return nil
 }
 
-// TmpDir is a run's private /tmp staging directory, outside every workspace (gone once the run's
-// record is final).
-func (m *Manager) TmpDir(runID string) string { return filepath.Join(runDir(&m.cfg, runID), "tmp") }
+// TmpDir is a run's private /tmp staging directory, in its session's .run-tmp/ (gone once the
+// run's record is final); "" for a run the manager does not know.
+func (m *Manager) TmpDir(runID string) string {
+	r, err := m.lookup(runID)
+	if err != nil {
+		return ""
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return r.st.Tmp
+}
 
 // SetGate installs the gate every later run passes before its command is
 // released (nil removes it). Call it before starting runs.

@@ -28,3 +28,6 @@ func (g *idGen) next() string {
 	_, _ = rand.Read(b[:])
 	return fmt.Sprintf("r%016x-%s", n, hex.EncodeToString(b[:]))
 }
+
+// validRunID reports whether name can be a run directory's name.
+func validRunID(name string) bool { return len(name) > 1 && name[0] == 'r' && validID(name) }

@@ -25,7 +25,7 @@ func (m *Manager) Start(ctx context.Context, req StartRequest) (*Status, error) 
 	if err != nil {
 		return nil, err
 	}
-	for _, p := range []string{req.Workspace.Current, req.Workspace.Shared} {
+	for _, p := range []string{req.Workspace.Current, req.Workspace.Shared, req.Workspace.runTmpRoot()} {
 		if under(p, m.cfg.RecordsDir) || under(m.cfg.RecordsDir, p) {
 			return nil, invalid("workspace", "%q overlaps the records dir %q; records stay outside every workspace", p, m.cfg.RecordsDir)
 		}
@@ -41,11 +41,13 @@ func (m *Manager) Start(ctx context.Context, req StartRequest) (*Status, error) 
 		st: &Status{
 			RunID: id, AgentID: req.AgentID, SessionID: req.SessionID,
 			Argv: append([]string(nil), req.Argv...), State: StateRunning, Managed: req.Managed,
+			Tmp: filepath.Join(req.Workspace.runTmpRoot(), id),
 		},
 	}
 	r.st.Cgroup = m.cg.path(r.group)
 	cmd, release, cleanup, err := m.prepare(&req, r, dir, cwd)
 	if err != nil {
+		_ = os.RemoveAll(r.st.Tmp)
 		_ = os.RemoveAll(dir)
 		return nil, fmt.Errorf("%w: %w", ErrSandbox, err)
 	}
@@ -56,6 +58,7 @@ func (m *Manager) Start(ctx context.Context, req StartRequest) (*Status, error) 
 		release.Close()
 		closeOutput(cmd)
 		_ = m.cg.remove(r.group)
+		_ = os.RemoveAll(r.st.Tmp)
 		_ = os.RemoveAll(dir)
 		if errors.Is(err, unix.E2BIG) {
 			// checkArgSize should have refused it; the request is still what is at fault.
@@ -72,6 +75,7 @@ func (m *Manager) Start(ctx context.Context, req StartRequest) (*Status, error) 
 	r.out = [2]*boundedWriter{cmd.Stdout.(*boundedWriter), cmd.Stderr.(*boundedWriter)}
 	if err := m.admit(id, cmd, r, req.Observer); err != nil {
 		release.Close()
+		_ = os.RemoveAll(r.st.Tmp)
 		_ = os.RemoveAll(dir)
 		return nil, fmt.Errorf("%w: %w", ErrSandbox, err)
 	}
@@ -189,7 +193,7 @@ func closeOutput(cmd *exec.Cmd) {
 // blocks on blockFD until release is closed. The returned cleanup closes the
 // parent's copies of descriptors after Start.
 func (m *Manager) prepare(req *StartRequest, r *run, dir, cwd string) (*exec.Cmd, *os.File, func(), error) {
-	tmp := filepath.Join(dir, "tmp")
+	tmp := r.st.Tmp
 	if err := m.makeRunDir(req, dir, tmp); err != nil {
 		return nil, nil, nil, err
 	}
@@ -270,17 +274,20 @@ func (m *Manager) boundaryCmd(req *StartRequest, cwd, tmp string) (*exec.Cmd, []
 	return cmd, []*os.File{args, filter}, nil
 }
 
-// makeRunDir makes the run's directory (traversable, so that bwrap, already unprivileged, can
-// reach the private /tmp it binds) and its /tmp, owned by the run's identity. A sandboxed run's
-// current/ belongs to that identity too (a workspace made before runs were unprivileged is
-// handed over at its first run; files inside keep their owner), and so does shared/ when runs
-// may write it.
+// makeRunDir makes the run's record directory (the daemon's alone) and its private /tmp in the
+// session's staging directory (traversable, so that bwrap, already unprivileged, can reach the
+// /tmp it binds), owned by the run's identity. A sandboxed run's current/ belongs to that
+// identity too (a workspace made before runs were unprivileged is handed over at its first run;
+// files inside keep their owner), and so does shared/ when runs may write it.
 func (m *Manager) makeRunDir(req *StartRequest, dir, tmp string) error {
-	if err := os.Mkdir(dir, 0o711); err != nil {
+	if err := os.Mkdir(dir, 0o700); err != nil {
+		return err
+	}
+	if err := makeStaging(filepath.Dir(tmp)); err != nil {
 		return err
 	}
 	if err := os.Mkdir(tmp, 0o700); err != nil {
-		return err
+		return fmt.Errorf("private /tmp: %w", err)
 	}
 	if req.Managed {
 		return nil
@@ -288,12 +295,34 @@ func (m *Manager) makeRunDir(req *StartRequest, dir, tmp string) error {
 	if err := os.Lchown(tmp, int(m.cfg.RunUID), int(m.cfg.RunGID)); err != nil {
 		return fmt.Errorf("private /tmp: %w", err)
 	}
+	if err := traversable(filepath.Dir(tmp), m.cfg.RunUID, m.cfg.RunGID); err != nil {
+		return fmt.Errorf("private /tmp staging: %w", err)
+	}
 	if m.cfg.SharedWritable {
 		if err := ownTo(req.Workspace.Shared, m.cfg.RunUID, m.cfg.RunGID); err != nil {
 			return err
 		}
 	}
 	return ownTo(req.Workspace.Current, m.cfg.RunUID, m.cfg.RunGID)
+}
+
+// makeStaging makes the session's /tmp staging directory, root's and traversable (0711), unless
+// it is there; a symlink or anything else in its place is refused.
+func makeStaging(dir string) error {
+	if err := os.Mkdir(dir, 0o711); err != nil && !errors.Is(err, os.ErrExist) {
+		return fmt.Errorf("private /tmp staging: %w", err)
+	}
+	var st unix.Stat_t
+	if err := unix.Lstat(dir, &st); err != nil {
+		return fmt.Errorf("private /tmp staging: %w", err)
+	}
+	if st.Mode&unix.S_IFMT != unix.S_IFDIR || st.Uid != 0 && int(st.Uid) != os.Geteuid() {
+		return fmt.Errorf("private /tmp staging %s is not the daemon's directory (mode %#o, uid %d): remove it", dir, st.Mode, st.Uid)
+	}
+	if st.Mode&0o7777 != 0o711 {
+		return os.Chmod(dir, 0o711)
+	}
+	return nil
 }
 
 // ownTo makes dir (not a symlink) owned by uid:gid unless it already is.
@@ -384,7 +413,7 @@ func (m *Manager) supervise(cmd *exec.Cmd, r *run, dir string, req StartRequest)
 	}
 	if st.State == StateExited && !req.Managed {
 		owner := [2]int{int(m.cfg.RunUID), int(m.cfg.RunGID)}
-		if err := syncTmp(filepath.Join(dir, "tmp"), req.Workspace.Current, owner); err != nil {
+		if err := syncTmp(st.Tmp, req.Workspace.Current, owner); err != nil {
 			st.Reason = joinReason(st.Reason, "tmp sync: "+err.Error())
 		}
 	}
@@ -395,7 +424,7 @@ func (m *Manager) supervise(cmd *exec.Cmd, r *run, dir string, req StartRequest)
 	if killErr != nil {
 		st.Reason = joinReason(st.Reason, killErr.Error())
 	}
-	_ = os.RemoveAll(filepath.Join(dir, "tmp"))
+	_ = os.RemoveAll(st.Tmp)
 	if err := writeStatus(dir, st); err != nil {
 		st.Reason = joinReason(st.Reason, "record: "+err.Error())
 	}

@@ -45,6 +45,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"path/filepath"
 	"time"
 )
 
@@ -96,6 +97,18 @@ type Workspace struct {
 	Current  string // the session's current/ (writable, HOME and cwd)
 	Shared   string // the agent's shared/ (ALLOX_AGENT_SHARED)
 	AgentDir string // the agent's workspace/ (ALLOX_AGENT_WORKSPACE); not bound as a whole
+	// RunTmp is where the runs' private /tmp are staged, <RunTmp>/<run id>: on the session's own
+	// filesystem (so the sync back into current/ can reflink) but outside current/ (so in no
+	// checkpoint) and outside the records dir. "" means .run-tmp beside current/.
+	RunTmp string
+}
+
+// runTmpRoot is the session's staging directory for private /tmp.
+func (w Workspace) runTmpRoot() string {
+	if w.RunTmp != "" {
+		return w.RunTmp
+	}
+	return filepath.Join(filepath.Dir(w.Current), ".run-tmp")
 }
 
 // StartRequest describes one run.
@@ -167,6 +180,8 @@ type Status struct {
 	StderrDropped int64 `json:"stderr_dropped,omitempty"`
 	// Effects is the observer's report on the run (verdict, evidence path), when one watched it.
 	Effects json.RawMessage `json:"effects,omitempty"`
+	// Tmp is the staging directory of the run's private /tmp (removed when the run ends).
+	Tmp string `json:"tmp,omitempty"`
 }
 
 func (s *Status) clone() *Status {

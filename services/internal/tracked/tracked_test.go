@@ -122,7 +122,10 @@ mkfifo /tmp/fifo && ln -s /etc/passwd /tmp/out && ln -s a.txt /tmp/in`
 	if l, err := os.Readlink(filepath.Join(dir, "in")); err != nil || l != "a.txt" {
 		t.Errorf("inside symlink = %q, %v", l, err)
 	}
-	if _, err := os.Stat(filepath.Join(e.records, st.RunID, "tmp")); !errors.Is(err, os.ErrNotExist) {
+	if st.Tmp == "" {
+		t.Fatal("the record does not name the run's /tmp staging")
+	}
+	if _, err := os.Stat(st.Tmp); !errors.Is(err, os.ErrNotExist) {
 		t.Errorf("private tmp left behind: %v", err)
 	}
 }

@@ -176,7 +176,7 @@ func (s *Service) DeleteSession(agent, id string) error {
 	if err := s.Store.DeleteSession(agent, id); err != nil {
 		return err
 	}
-	return s.forgetSession(agent, id)
+	return errors.Join(s.forgetSession(agent, id), s.Runs.ForgetSession(agent, id))
 }
 
 // DeleteCheckpoint deletes a checkpoint of an unfenced session.
@@ -262,11 +262,11 @@ func (s *Service) StartProcess(ctx context.Context, req tracked.StartRequest) (*
 	if err := s.Fences.Check(req.AgentID, req.SessionID); err != nil {
 		return nil, err
 	}
-	current, shared, agentDir, err := s.Store.SessionPaths(req.AgentID, req.SessionID)
+	p, err := s.Store.RunPaths(req.AgentID, req.SessionID)
 	if err != nil {
 		return nil, err
 	}
-	req.Workspace = tracked.Workspace{Current: current, Shared: shared, AgentDir: agentDir}
+	req.Workspace = tracked.Workspace{Current: p.Current, Shared: p.Shared, AgentDir: p.AgentWorkspace, RunTmp: p.RunTmp}
 	return s.Runs.Start(ctx, req)
 }
 
@@ -289,5 +289,25 @@ func (s *Service) DeleteAgent(id string) error {
 	if err := s.Store.DeleteAgent(id); err != nil {
 		return err
 	}
-	return s.Policy.ForgetAgent(id)
+	return errors.Join(s.Policy.ForgetAgent(id), s.Runs.ForgetAgent(id))
+}
+
+// RemoveStale removes, at start-up, what deleted sessions and agents left outside the store: the
+// cgroups of sessions and agents the store no longer has (a quarantined session keeps its own).
+func (s *Service) RemoveStale() error {
+	return s.Runs.PruneCgroups(func(agent, session string) bool {
+		if session == "" {
+			if _, err := s.Store.GetAgent(agent); err == nil {
+				return true
+			}
+			for _, q := range s.Store.Quarantined() {
+				if q.AgentID == agent {
+					return true
+				}
+			}
+			return false
+		}
+		_, err := s.Store.GetSession(agent, session)
+		return err == nil
+	})
 }
