@@ -2,10 +2,7 @@ package qemutests
 
 import (
 	"context"
-	"fmt"
-	"os"
-	"os/exec"
-	"path/filepath"
+	"github.com/allox-os/allox/internal/testenv"
 	"testing"
 	"time"
 
@@ -13,38 +10,23 @@ import (
 )
 
 // inCI is true when CI runs us: then nothing may skip.
-var inCI = os.Getenv("CI") == "true"
+var inCI = testenv.InCI()
 
 // unavailable stops a test whose input is missing: a failure in CI, a skip that says what to run
-// elsewhere.
+// elsewhere (testenv decides).
 func unavailable(tb testing.TB, format string, args ...any) {
 	tb.Helper()
-	msg := fmt.Sprintf(format, args...)
-	if inCI {
-		tb.Fatal(msg + " (CI=true: nothing may skip)")
-	}
-	tb.Skip(msg)
+	testenv.Unavailable(tb, format, args...)
 }
 
 // needQEMU checks that the QEMU binary is installed.
 func needQEMU(tb testing.TB) {
 	tb.Helper()
-	if _, err := exec.LookPath("qemu-system-x86_64"); err != nil {
-		unavailable(tb, "qemu-system-x86_64 not found: apt-get install qemu-system-x86")
-	}
+	testenv.Tool(tb, "qemu-system-x86_64", "apt-get install qemu-system-x86")
 }
 
-// outDir is where mkimage wrote the artifacts: $ALLOX_OUT, default ../out (the repository's out/).
-func outDir() string {
-	if d := os.Getenv("ALLOX_OUT"); d != "" {
-		return d
-	}
-	d, err := filepath.Abs(filepath.Join("..", "out"))
-	if err != nil {
-		return filepath.Join("..", "out")
-	}
-	return d
-}
+// outDir is where mkimage wrote the artifacts: $ALLOX_OUT, default the repository's out/.
+func outDir() string { return testenv.Out() }
 
 // testContext bounds a test to base × vm.TimeoutScale(), ending early enough before the go test
 // -timeout for the harness to report the console and a reproducer.

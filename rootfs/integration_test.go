@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"fmt"
+	"github.com/allox-os/allox/internal/testenv"
 	"io/fs"
 	"os"
 	"os/exec"
@@ -33,12 +34,7 @@ func fetchDefault(t *testing.T) (string, []Package) {
 	if testing.Short() {
 		t.Skip("-short: skipping the mmdebstrap build of the Debian userland; run go test ./rootfs without -short")
 	}
-	if _, err := exec.LookPath("mmdebstrap"); err != nil {
-		if os.Getenv("CI") != "" {
-			t.Fatalf("mmdebstrap is required in CI: apt-get install mmdebstrap")
-		}
-		t.Skip("mmdebstrap is not installed: apt-get install mmdebstrap, then rerun go test ./rootfs")
-	}
+	testenv.Tool(t, "mmdebstrap", "apt-get install mmdebstrap, then rerun go test ./rootfs")
 	cache := filepath.Join(os.TempDir(), "allox-test-cache")
 	start := time.Now()
 	tarball, pkgs, err := Fetch(context.Background(), cache, DebianSpec{Suite: "bookworm", Packages: defaultPackages}, testLog{t})

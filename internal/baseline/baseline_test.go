@@ -3,6 +3,7 @@ package baseline
 import (
 	"archive/tar"
 	"bytes"
+	"github.com/allox-os/allox/internal/testenv"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -15,13 +16,7 @@ import (
 // need fails in CI and skips elsewhere when a host tool or file is missing.
 func need(t *testing.T, path, install string) {
 	t.Helper()
-	if _, err := exec.LookPath(path); err == nil {
-		return
-	}
-	if os.Getenv("CI") == "true" {
-		t.Fatalf("%s is missing: %s", path, install)
-	}
-	t.Skipf("%s is missing: %s", path, install)
+	testenv.Tool(t, path, install)
 }
 
 func TestParseDepends(t *testing.T) {

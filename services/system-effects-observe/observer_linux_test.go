@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/allox-os/allox/internal/testenv"
 	"io"
 	"os"
 	"os/exec"
@@ -36,13 +37,7 @@ type session struct {
 
 func requireReal(t *testing.T) {
 	t.Helper()
-	if os.Geteuid() == 0 {
-		return
-	}
-	if os.Getenv("CI") == "true" {
-		t.Fatal("needs root: cgroups, BPF history recorder")
-	}
-	t.Skip("needs root for cgroups and the eBPF history recorder; run: sudo go test ./services/system-effects-observe")
+	testenv.Root(t, "for cgroups and the eBPF history recorder", "./services/system-effects-observe")
 }
 
 func start(t *testing.T, protocol int, scopeJSON string, extra ...string) *session {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"github.com/allox-os/allox/internal/testenv"
 	"net/http"
 	"os"
 	"os/exec"
@@ -19,12 +20,7 @@ import (
 // btrfsRoot makes a real Btrfs filesystem on a loop device and mounts it: the store under test.
 func btrfsRoot(t testing.TB) string {
 	t.Helper()
-	if _, err := exec.LookPath("bwrap"); err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("needs bwrap (apt-get install bubblewrap)")
-		}
-		t.Skip("needs bwrap (apt-get install bubblewrap)")
-	}
+	testenv.Tool(t, "bwrap", "apt-get install bubblewrap")
 	return btrfstest.Mount(t)
 }
 

@@ -1,23 +1,13 @@
 package cli
 
 import (
-	"os"
-	"path/filepath"
+	"github.com/allox-os/allox/internal/testenv"
 	"strings"
 	"testing"
 )
 
 func TestKataCheckBuiltOutput(t *testing.T) {
-	out, err := filepath.Abs("../../../out")
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := os.Stat(filepath.Join(out, "kata")); err != nil {
-		if os.Getenv("CI") == "true" {
-			t.Fatalf("%v (CI=true: nothing may skip)", err)
-		}
-		t.Skipf("no built artifacts in %s: run `make image`", out)
-	}
+	out := testenv.NeedOut(t, "kata")
 	code, stdout, stderr := run(t, "kata-check", "-out", out)
 	if code != 0 || !strings.Contains(stdout, "ok   kernel-config") || !strings.Contains(stdout, "meets the Kata contract") {
 		t.Errorf("kata-check -out %s: exit %d\nstdout:\n%s\nstderr:\n%s", out, code, stdout, stderr)

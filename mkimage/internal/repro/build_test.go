@@ -3,6 +3,7 @@ package repro_test
 import (
 	"bytes"
 	"context"
+	"github.com/allox-os/allox/internal/testenv"
 	"os"
 	"path/filepath"
 	"strings"
@@ -26,10 +27,7 @@ func buildSpec(t *testing.T, text []byte) string {
 		t.Fatal(diags)
 	}
 	if _, ok := (&kernel.Builder{CacheDir: artifact.CacheDir()}).Cached(build.KernelSpec(img, 0, 0)); !ok {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("the default kernel is not in the cache: make test builds the image before the tests")
-		}
-		t.Skip("the default kernel is not in the cache " + artifact.CacheDir() + ": run make image first")
+		testenv.Unavailable(t, "the default kernel is not in the cache %s: run make image first (make test builds it before the tests)", artifact.CacheDir())
 	}
 	img.Output.Dir = t.TempDir()
 	var progress bytes.Buffer

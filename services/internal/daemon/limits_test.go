@@ -6,9 +6,9 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"github.com/allox-os/allox/internal/testenv"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -132,16 +132,8 @@ func (e *limitsEnv) call(t *testing.T, action string, params any, out any) *rpc.
 // changes nothing; within bounds the session's effective limits are reported by session.get and
 // kept across a daemon restart.
 func TestSessionLimitsOverRPC(t *testing.T) {
-	skip := t.Skip
-	if os.Getenv("CI") == "true" {
-		skip = t.Fatal // nothing the README promises may skip in CI
-	}
-	if os.Geteuid() != 0 {
-		skip("needs root for Btrfs and cgroups; run: sudo go test ./services/internal/daemon")
-	}
-	if _, err := exec.LookPath("bwrap"); err != nil {
-		skip("needs bwrap: apt-get install bubblewrap")
-	}
+	testenv.Root(t, "for Btrfs and cgroups", "./services/internal/daemon")
+	testenv.Tool(t, "bwrap", "apt-get install bubblewrap")
 	root := btrfstest.Mount(t)
 	state := filepath.Join(filepath.Dir(root), "state")
 	var b [4]byte

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"github.com/allox-os/allox/internal/testenv"
 	"net"
 	"net/netip"
 	"os"
@@ -22,16 +23,10 @@ import (
 // returns the mount.
 func requireReal(tb testing.TB) string {
 	tb.Helper()
-	fail := tb.Skipf
-	if os.Getenv("CI") == "true" {
-		fail = tb.Fatalf
-	}
-	if os.Geteuid() != 0 {
-		fail("needs root to load BPF and create cgroups; run: sudo go test ./services/internal/netguard/")
-	}
+	testenv.Root(tb, "to load BPF and create cgroups", "./services/internal/netguard/")
 	m, err := cgroup2Mount()
 	if err != nil {
-		fail("needs cgroup v2: %v", err)
+		testenv.Unavailable(tb, "needs cgroup v2: %v", err)
 	}
 	return m
 }

@@ -3,6 +3,7 @@ package proctree
 import (
 	"bufio"
 	"fmt"
+	"github.com/allox-os/allox/internal/testenv"
 	"io"
 	"os"
 	"os/exec"
@@ -27,9 +28,7 @@ var (
 // test skips, except in CI where the kernel is ours and nothing may skip.
 func collector(t *testing.T) *Collector {
 	t.Helper()
-	if os.Geteuid() != 0 && os.Getenv("CI") != "true" {
-		t.Skip("needs root to load BPF programs: run `sudo go test ./services/internal/proctree/`")
-	}
+	testenv.Root(t, "to load BPF programs", "./services/internal/proctree/")
 	sharedOnce.Do(func() {
 		shared, sharedErr = Open()
 		if sharedErr == nil {

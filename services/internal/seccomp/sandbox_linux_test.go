@@ -2,6 +2,7 @@ package seccomp
 
 import (
 	"bytes"
+	"github.com/allox-os/allox/internal/testenv"
 	"io"
 	"os"
 	"os/exec"
@@ -18,16 +19,8 @@ import (
 // bwrap with the capabilities whose use the filter must stop, and bwrap itself.
 func needSandbox(t *testing.T) {
 	t.Helper()
-	fail := t.Skipf
-	if os.Getenv("CI") == "true" {
-		fail = t.Fatalf
-	}
-	if os.Geteuid() != 0 {
-		fail("needs root, so that the unfiltered control calls reach the kernel; run: sudo go test ./services/internal/seccomp")
-	}
-	if _, err := exec.LookPath("bwrap"); err != nil {
-		fail("needs bubblewrap: apt-get install bubblewrap (%v)", err)
-	}
+	testenv.Root(t, "so that the unfiltered control calls reach the kernel", "./services/internal/seccomp")
+	testenv.Tool(t, "bwrap", "apt-get install bubblewrap")
 }
 
 // probeDir holds the probe binary once a test has built it; TestMain removes it.

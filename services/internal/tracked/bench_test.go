@@ -51,7 +51,7 @@ func BenchmarkStartTrue(b *testing.B) {
 
 // previousCmd is the sandbox before issue 11, the bench's baseline: bwrap as root, no user
 // namespace, no seccomp filter, no /proc masks, every option on its command line.
-func (m *Manager) previousCmd(req *StartRequest, cwd, tmp string) (*exec.Cmd, []*os.File, error) {
+func (m *Manager) previousCmd(req *StartRequest, cwd, tmp string) (*launch, error) {
 	a := []string{"--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
 		"--die-with-parent", "--new-session", "--cap-drop", "ALL", "--proc", "/proc", "--dev", "/dev",
 		"--block-fd", strconv.Itoa(blockFD)}
@@ -69,7 +69,7 @@ func (m *Manager) previousCmd(req *StartRequest, cwd, tmp string) (*exec.Cmd, []
 	}
 	cmd := exec.Command(m.cfg.Bwrap, append(append(a, "--"), req.Argv...)...)
 	cmd.Env, cmd.Dir, cmd.SysProcAttr = []string{"PATH=" + sandboxPath}, "/", &syscall.SysProcAttr{}
-	return cmd, nil, nil
+	return &launch{cmd: cmd}, nil
 }
 
 func p50(d []time.Duration) time.Duration {

@@ -5,8 +5,8 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"errors"
+	"github.com/allox-os/allox/internal/testenv"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -26,18 +26,10 @@ type env struct {
 // are missing: root, bwrap and a writable cgroup v2 mount.
 func requireReal(t testing.TB) {
 	t.Helper()
-	fail := t.Skipf
-	if os.Getenv("CI") == "true" {
-		fail = t.Fatalf
-	}
-	if os.Geteuid() != 0 {
-		fail("needs root for cgroups and privileged bwrap; run: sudo go test ./services/internal/tracked")
-	}
-	if _, err := exec.LookPath("bwrap"); err != nil {
-		fail("needs bubblewrap: apt-get install bubblewrap (%v)", err)
-	}
+	testenv.Root(t, "for cgroups and to start bwrap as the runs' uid", "./services/internal/tracked")
+	testenv.Tool(t, "bwrap", "apt-get install bubblewrap")
 	if _, err := detectCgroupMount(); err != nil {
-		fail("needs cgroup v2: %v", err)
+		testenv.Unavailable(t, "needs cgroup v2: %v", err)
 	}
 }
 

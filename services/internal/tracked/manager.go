@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"github.com/allox-os/allox/internal/atomicfile"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"sync"
 	"time"
@@ -28,7 +27,7 @@ type Manager struct {
 
 	// sandboxCmd builds a sandboxed run's launcher (boundaryCmd; the bench swaps in the previous
 	// boundary to measure against it in the same run).
-	sandboxCmd func(req *StartRequest, cwd, tmp string) (*exec.Cmd, []*os.File, error)
+	sandboxCmd func(req *StartRequest, cwd, tmp string) (*launch, error)
 }
 
 // run is the in-memory side of one record.
@@ -39,6 +38,7 @@ type run struct {
 	killReason string            // StateKilled or StateTimedOut, set before cgroup.kill
 	out        [2]*boundedWriter // stdout, stderr while the run is live (nil for a recovered record)
 	residueErr error             // the observer's failure to look at a managed run's leftovers
+	ready      *os.File          // bwrap's --info-fd until its sandbox child exists (Start only)
 }
 
 // killGrace bounds how long the manager waits for a killed cgroup to empty.

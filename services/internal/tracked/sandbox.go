@@ -12,6 +12,7 @@ const (
 	blockFD   = 3 // bwrap waits on it before it runs the command; closed once the run's gate passed
 	argsFD    = 4 // bwrap's own command line (--args), so no host path shows in /proc/*/cmdline
 	seccompFD = 5 // the compiled seccomp filter (--add-seccomp-fd)
+	infoFD    = 6 // bwrap's --info-fd: it writes the sandbox child's pid there once it exists
 )
 
 // sandboxPath is PATH inside the sandbox unless the request sets one.

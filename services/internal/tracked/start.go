@@ -3,8 +3,10 @@ package tracked
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -67,7 +69,13 @@ func (m *Manager) Start(ctx context.Context, req StartRequest) (*Status, error) 
 		return nil, fmt.Errorf("%w: start bwrap: %w", ErrSandbox, err)
 	}
 	r.st.Pid = cmd.Process.Pid
-	if err := m.cg.oomScoreAdj(r.group, RunOOMScoreAdj); err != nil {
+	if r.ready != nil {
+		err = awaitChild(r.ready)
+	}
+	if err == nil {
+		err = m.cg.oomScoreAdj(r.group, RunOOMScoreAdj)
+	}
+	if err != nil {
 		release.Close()
 		_ = os.RemoveAll(dir)
 		return nil, fmt.Errorf("%w: %w", ErrSandbox, m.abandon(cmd, r.group, err))
@@ -223,21 +231,24 @@ func (m *Manager) prepare(req *StartRequest, r *run, dir, cwd string) (*exec.Cmd
 	if req.Managed {
 		cmd = managedCommand(req, cwd)
 	} else {
-		var fds []*os.File
-		cmd, fds, err = m.sandboxCmd(req, cwd, tmp)
+		l, err := m.sandboxCmd(req, cwd, tmp)
 		if err != nil {
 			closeFiles(extra)
 			closeAll()
 			release.Close()
 			return nil, nil, nil, err
 		}
-		extra = append(extra, fds...)
+		cmd, r.ready = l.cmd, l.ready
+		extra = append(extra, l.files...)
 	}
 	cgfd, err := m.cg.create(r.group)
 	if err != nil {
 		closeFiles(extra)
 		closeAll()
 		release.Close()
+		if r.ready != nil {
+			r.ready.Close()
+		}
 		return nil, nil, nil, fmt.Errorf("cgroup %s: %w", r.st.Cgroup, err)
 	}
 	cmd.Stdin = bytes.NewReader(req.Stdin)
@@ -253,25 +264,61 @@ func (m *Manager) prepare(req *StartRequest, r *run, dir, cwd string) (*exec.Cmd
 	return cmd, release, func() { cgfd.Close(); closeFiles(extra) }, nil
 }
 
+// launch is a sandboxed run's launcher: the command, the files the child inherits from argsFD
+// on, and the read end of bwrap's --info-fd, whose first JSON object bwrap writes once the
+// sandbox's child process exists (nil when the launcher has none).
+type launch struct {
+	cmd   *exec.Cmd
+	files []*os.File
+	ready *os.File
+}
+
 // boundaryCmd is the sandbox launcher of a run: bwrap with its options in a sealed memfd
-// (argsFD), the seccomp filter in another (seccompFD), started as the run's unprivileged identity
-// (no capability in the initial user namespace, ever; Go sets Pdeathsig after the switch, which
-// would clear it). The files are the child's from argsFD on.
-func (m *Manager) boundaryCmd(req *StartRequest, cwd, tmp string) (*exec.Cmd, []*os.File, error) {
-	args, err := sealedFile("bwrap-args", nulJoin(bwrapArgs(&m.cfg, req, cwd, tmp, m.cfg.procMasks)))
+// (argsFD), the seccomp filter in another (seccompFD), its --info-fd (infoFD), started as the
+// run's unprivileged identity (no capability in the initial user namespace, ever; Go sets
+// Pdeathsig after the switch, which would clear it).
+func (m *Manager) boundaryCmd(req *StartRequest, cwd, tmp string) (*launch, error) {
+	opts := append(bwrapArgs(&m.cfg, req, cwd, tmp, m.cfg.procMasks), "--info-fd", strconv.Itoa(infoFD))
+	args, err := sealedFile("bwrap-args", nulJoin(opts))
 	if err != nil {
-		return nil, nil, err
+		return nil, err
 	}
 	filter, err := sealedFile("seccomp", m.cfg.Seccomp)
 	if err != nil {
 		args.Close()
-		return nil, nil, err
+		return nil, err
+	}
+	ready, info, err := os.Pipe()
+	if err != nil {
+		closeFiles([]*os.File{args, filter})
+		return nil, fmt.Errorf("info fd: %w", err)
 	}
 	cmd := exec.Command(m.cfg.Bwrap, append([]string{"--args", strconv.Itoa(argsFD), "--"}, req.Argv...)...)
 	cmd.Env = []string{"PATH=" + sandboxPath} // bwrap --clearenv anyway
 	cmd.Dir = "/"
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: m.cfg.RunUID, Gid: m.cfg.RunGID, Groups: []uint32{}}}
-	return cmd, []*os.File{args, filter}, nil
+	return &launch{cmd: cmd, files: []*os.File{args, filter, info}, ready: ready}, nil
+}
+
+// awaitChild waits until bwrap has made the sandbox's child (its --info-fd answer), so that
+// every process of the run exists before the manager sets what they must all have. A bwrap that
+// dies first (EOF) is left to supervise to report.
+func awaitChild(ready *os.File) error {
+	defer ready.Close()
+	if err := ready.SetReadDeadline(time.Now().Add(killGrace)); err != nil {
+		return err
+	}
+	var info struct {
+		ChildPid int `json:"child-pid"`
+	}
+	err := json.NewDecoder(ready).Decode(&info)
+	if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("bwrap --info-fd: %w", err)
+	}
+	return nil
 }
 
 // makeRunDir makes the run's record directory (the daemon's alone) and its private /tmp in the

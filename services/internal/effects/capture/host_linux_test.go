@@ -3,6 +3,7 @@ package capture
 import (
 	"crypto/rand"
 	"encoding/hex"
+	"github.com/allox-os/allox/internal/testenv"
 	"os"
 	"path/filepath"
 	"strings"
@@ -17,13 +18,7 @@ import (
 // here changes real host state.
 func requireRoot(t *testing.T) {
 	t.Helper()
-	if os.Geteuid() == 0 {
-		return
-	}
-	if os.Getenv("CI") == "true" {
-		t.Fatal("needs root to change sysctls, mounts, links, BPF and nftables")
-	}
-	t.Skip("needs root to change sysctls, mounts, links, BPF and nftables; run: sudo go test ./services/internal/effects/capture")
+	testenv.Root(t, "to change sysctls, mounts, links, BPF and nftables", "./services/internal/effects/capture")
 }
 
 // suffix is a random name suffix, so that concurrent runs never collide.

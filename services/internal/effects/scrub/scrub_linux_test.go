@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/allox-os/allox/internal/testenv"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -19,12 +20,7 @@ import (
 // its groups and staging go, and the session group, the neighbour run and
 // the workspace stay untouched.
 func TestRuntime(t *testing.T) {
-	if os.Geteuid() != 0 {
-		if os.Getenv("CI") == "true" {
-			t.Fatal("needs root for cgroups")
-		}
-		t.Skip("needs root for cgroups; run: sudo go test ./services/internal/effects/scrub")
-	}
+	testenv.Root(t, "for cgroups", "./services/internal/effects/scrub")
 	session := newCgroup(t)
 	run, other := filepath.Join(session, "run-1"), filepath.Join(session, "run-2")
 	for _, d := range []string{run, filepath.Join(run, "child"), other} {

@@ -1,0 +1,80 @@
+// Package testenv is the one place that decides what a test does when something it needs of the
+// machine is missing — root, a tool, loop devices, cgroup v2, build outputs, the cached kernel:
+// it skips, saying what to run, or, with CI=true (where nothing the README promises may skip),
+// it fails. Tests ask it instead of deciding for themselves, and every test that reads build
+// outputs finds them through Out.
+package testenv
+
+import (
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+)
+
+// InCI reports whether CI runs the tests (CI=true): then nothing may skip.
+func InCI() bool { return os.Getenv("CI") == "true" }
+
+// Unavailable stops a test whose prerequisite is missing: a failure in CI, elsewhere a skip
+// whose message says what to install or run.
+func Unavailable(tb testing.TB, format string, args ...any) {
+	tb.Helper()
+	msg := fmt.Sprintf(format, args...)
+	if InCI() {
+		tb.Fatal(msg + " (CI=true: nothing may skip)")
+		return
+	}
+	tb.Skip(msg)
+}
+
+// Root stops the test unless it runs as root; why says what root is for ("to load BPF
+// programs"), pkg is the package to rerun ("./services/internal/proctree").
+func Root(tb testing.TB, why, pkg string) {
+	tb.Helper()
+	if os.Geteuid() != 0 {
+		Unavailable(tb, "needs root %s; run: sudo go test %s", why, pkg)
+	}
+}
+
+// Tool stops the test unless name is on PATH, and returns its path; install says how to get it
+// ("apt-get install bubblewrap").
+func Tool(tb testing.TB, name, install string) string {
+	tb.Helper()
+	p, err := exec.LookPath(name)
+	if err != nil {
+		Unavailable(tb, "needs %s: %s", name, install)
+	}
+	return p
+}
+
+// Out is where mkimage wrote the artifacts: $ALLOX_OUT, else out/ at the module's root.
+func Out() string {
+	if d := os.Getenv("ALLOX_OUT"); d != "" {
+		return d
+	}
+	dir, err := os.Getwd()
+	if err != nil {
+		return "out"
+	}
+	for d := dir; ; d = filepath.Dir(d) {
+		if _, err := os.Stat(filepath.Join(d, "go.mod")); err == nil {
+			return filepath.Join(d, "out")
+		}
+		if filepath.Dir(d) == d {
+			return filepath.Join(dir, "out")
+		}
+	}
+}
+
+// NeedOut stops the test unless every file (relative to Out) exists, and returns Out.
+func NeedOut(tb testing.TB, files ...string) string {
+	tb.Helper()
+	out := Out()
+	for _, f := range files {
+		if _, err := os.Stat(filepath.Join(out, f)); err != nil {
+			Unavailable(tb, "no built artifacts in %s (%v): run `make image` (or set ALLOX_OUT)", out, err)
+		}
+	}
+	return out
+}
