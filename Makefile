@@ -53,7 +53,8 @@ unit: deps
 bench: image
 	ALLOX_OUT=$(abspath $(OUT)) $(GO) run ./ci/bench -out $(abspath $(OUT))
 	ALLOX_OUT=$(abspath $(OUT)) $(GO) test -run '^$$' -bench . -benchtime 5x -timeout 60m ./qemu-tests/
-	STORE_BENCH_FILES=1000,10000,100000 $(GO) test -run '^$$' -bench . -benchtime 30x -timeout 60m ./services/internal/store/
+	STORE_BENCH_FILES=1000,10000,100000 $(GO) test -run '^$$' -bench 'Checkpoint|Rollback' -benchtime 200x -timeout 60m ./services/internal/store/
+	STORE_BENCH_FILES=1000,10000,100000 $(GO) test -run '^$$' -bench 'QuotaCost|SharedIndex' -benchtime 1x -timeout 60m ./services/internal/store/
 	$(GO) test -run '^$$' -bench . -benchtime 300x ./services/internal/tracked/
 	$(GO) test -run '^$$' -bench . -benchtime 200x ./services/workspace-daemon/
 	$(GO) test -run '^$$' -bench SpawnStorm -benchtime 5x ./services/internal/proctree/
