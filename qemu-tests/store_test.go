@@ -115,7 +115,8 @@ const (
 // TestStoreUnderPressureInGuest is issue 12's store under pressure on the booted appliance's real
 // Btrfs store: a session at its quota and then the whole store full while another agent keeps
 // working, deletes that give the space back, fences that stick, lossless and bounded run output,
-// and a clean restart on the same store disk that keeps sessions, checkpoints, quotas and fences.
+// run records pruned at the default count, and a clean restart on the same store disk that keeps
+// sessions, checkpoints, quotas, fences and the run records the policy allows.
 func TestStoreUnderPressureInGuest(t *testing.T) {
 	a := needAppliance(t, imageMode)
 	ctx := testContext(t, 8*bootBudget)
@@ -279,6 +280,30 @@ func TestStoreUnderPressureInGuest(t *testing.T) {
 		}
 	})
 
+	// The default retention keeps each session's newest 200 run records (--run-records-keep): the
+	// 201st run of a session prunes its first, and no other session's.
+	var kept []string
+	t.Run("run records pruned", func(t *testing.T) {
+		g.t = t
+		const keep = 200
+		var other rpc.Run
+		g.must(rpc.ActionSessionCreate, ids("calm", "many"), nil)
+		g.must(rpc.ActionSessionCreate, ids("calm", "few"), nil)
+		g.must(rpc.ActionProcessStart, ids("calm", "few", "argv", []string{"/bin/true"}), &other)
+		var runs []string
+		for range keep + 1 {
+			var r rpc.Run
+			g.must(rpc.ActionProcessStart, ids("calm", "many", "argv", []string{"/bin/true"}), &r)
+			g.must(rpc.ActionProcessWait, map[string]any{"run_id": r.RunID}, &r)
+			runs = append(runs, r.RunID)
+		}
+		g.refused(rpc.CodeNotFound, rpc.ActionProcessGet, map[string]any{"run_id": runs[0]})
+		kept = []string{runs[1], runs[keep], other.RunID}
+		for _, id := range kept {
+			g.must(rpc.ActionProcessGet, map[string]any{"run_id": id}, nil)
+		}
+	})
+
 	// A clean power-off and a boot on the same store disk keep everything.
 	g.t = t
 	b.powerOff(context.WithoutCancel(ctx), t)
@@ -325,6 +350,10 @@ func TestStoreUnderPressureInGuest(t *testing.T) {
 		}
 		for _, s := range []string{"tight", "fill"} {
 			g.refused(rpc.CodeNotFound, rpc.ActionSessionGet, ids("hog", s))
+		}
+		// Pruning at start keeps what the policy allows.
+		for _, id := range kept {
+			g.must(rpc.ActionProcessGet, map[string]any{"run_id": id}, nil)
 		}
 		// The kept quota is still enforced.
 		r := g.sh("calm", "kept", "dd if=/dev/zero of=fill bs=1M count=64 conv=fsync")
