@@ -115,8 +115,9 @@ const (
 // TestStoreUnderPressureInGuest is issue 12's store under pressure on the booted appliance's real
 // Btrfs store: a session at its quota and then the whole store full while another agent keeps
 // working, deletes that give the space back, fences that stick, lossless and bounded run output,
-// run records pruned at the default count, and a clean restart on the same store disk that keeps
-// sessions, checkpoints, quotas, fences and the run records the policy allows.
+// run records pruned at the default count, and a clean restart, with the store full again, on the
+// same store disk: the daemon starts and keeps sessions, checkpoints, quotas, fences and the run
+// records the policy allows, the other agent keeps working, and deletes give the space back.
 func TestStoreUnderPressureInGuest(t *testing.T) {
 	a := needAppliance(t, imageMode)
 	ctx := testContext(t, 8*bootBudget)
@@ -154,6 +155,40 @@ func TestStoreUnderPressureInGuest(t *testing.T) {
 		}
 	}
 
+	// fillStore writes in agent/session (default quota: 8 GiB, more than the 1 GiB disk) until
+	// the agents' qgroup 3/1 is at its limit, and checks that then calm cannot write either.
+	fillStore := func(agent, session string) {
+		g.t.Helper()
+		r := g.sh(agent, session, "dd if=/dev/zero of=fill bs=1M count=4096 conv=fsync; rc=$?; sync; exit $rc")
+		g.t.Logf("dd until the store is full: %s exit %d, stderr %q", r.State, r.exit, r.stderr)
+		if r.exit == 0 || !spaceError(r.stderr) {
+			g.t.Fatalf("dd of 4 GiB on a 1 GiB store: exit %d, stderr %q; want it refused for space", r.exit, r.stderr)
+		}
+		if w := g.sh("calm", "work", "dd if=/dev/zero of=big bs=1M count=128 conv=fsync; rc=$?; rm -f big; exit $rc"); w.exit == 0 {
+			g.t.Errorf("calm wrote 128 MiB with the store full: the fill did not reach the agents' limit")
+		}
+	}
+	// spaceIsBack waits until calm can write 128 MiB again, once Btrfs's cleaner has given back
+	// what a delete freed.
+	spaceIsBack := func() {
+		g.t.Helper()
+		for try := 1; ; try++ {
+			w := g.sh("calm", "work", "dd if=/dev/zero of=big bs=1M count=128 conv=fsync; rc=$?; rm -f big; exit $rc")
+			if w.exit == 0 {
+				g.t.Logf("calm's 128 MiB write succeeded at try %d after the delete", try)
+				return
+			}
+			if try == 30 {
+				g.t.Fatalf("calm's 128 MiB write still fails after the full sessions were deleted: %q", w.stderr)
+			}
+			select {
+			case <-ctx.Done():
+				g.t.Fatal(ctx.Err())
+			case <-time.After(2 * time.Second):
+			}
+		}
+	}
+
 	t.Run("quotas", func(t *testing.T) {
 		g.t = t
 		g.refused(rpc.CodeInvalidParams, rpc.ActionSessionCreate, ids("hog", "tiny", "quota", 4096), "quota")
@@ -175,38 +210,16 @@ func TestStoreUnderPressureInGuest(t *testing.T) {
 		}
 		calmWorks(false)
 
-		// Now the whole store: a session with the default quota (8 GiB, more than the 1 GiB
-		// disk) writes until the agents' qgroup 3/1 is at its limit.
+		// Now the whole store: checkpoint.create, checkpoint.delete, session.rollback and
+		// process.start of the other agent still work, and deletes give the space back.
+		g.must(rpc.ActionCheckpointCreate, ids("calm", "work", "checkpoint_id", "spare"), nil)
 		g.must(rpc.ActionSessionCreate, ids("hog", "fill"), nil)
-		r = g.sh("hog", "fill", "dd if=/dev/zero of=fill bs=1M count=4096 conv=fsync; rc=$?; sync; exit $rc")
-		t.Logf("dd until the store is full: %s exit %d, stderr %q", r.State, r.exit, r.stderr)
-		if r.exit == 0 || !spaceError(r.stderr) {
-			t.Fatalf("dd of 4 GiB on a 1 GiB store: exit %d, stderr %q; want it refused for space", r.exit, r.stderr)
-		}
-		if w := g.sh("calm", "work", "dd if=/dev/zero of=big bs=1M count=128 conv=fsync; rc=$?; rm -f big; exit $rc"); w.exit == 0 {
-			t.Errorf("calm wrote 128 MiB with the store full: the fill did not reach the agents' limit")
-		}
+		fillStore("hog", "fill")
 		calmWorks(true)
-
-		// Deleting the full sessions gives the space back (once Btrfs's cleaner has run).
+		g.must(rpc.ActionCheckpointDelete, ids("calm", "work", "checkpoint_id", "spare"), nil)
 		g.must(rpc.ActionSessionDelete, ids("hog", "fill"), nil)
 		g.must(rpc.ActionSessionDelete, ids("hog", "tight"), nil)
-		var w ran
-		for try := 1; ; try++ {
-			w = g.sh("calm", "work", "dd if=/dev/zero of=big bs=1M count=128 conv=fsync; rc=$?; rm -f big; exit $rc")
-			if w.exit == 0 {
-				t.Logf("calm's 128 MiB write succeeded at try %d after the deletes", try)
-				break
-			}
-			if try == 30 {
-				t.Fatalf("calm's 128 MiB write still fails after the full sessions were deleted: %q", w.stderr)
-			}
-			select {
-			case <-ctx.Done():
-				t.Fatal(ctx.Err())
-			case <-time.After(2 * time.Second):
-			}
-		}
+		spaceIsBack()
 		calmWorks(false)
 	})
 
@@ -304,8 +317,12 @@ func TestStoreUnderPressureInGuest(t *testing.T) {
 		}
 	})
 
-	// A clean power-off and a boot on the same store disk keep everything.
+	// A clean power-off with the store full again, and a boot on the same store disk: it starts,
+	// and keeps everything.
 	g.t = t
+	g.must(rpc.ActionAgentCreate, map[string]any{"agent_id": "filler"}, nil)
+	g.must(rpc.ActionSessionCreate, ids("filler", "fill"), nil)
+	fillStore("filler", "fill")
 	b.powerOff(context.WithoutCancel(ctx), t)
 	b = a.boot(ctx, t, imageMode, disk)
 	b.waitReady(ctx, t)
@@ -355,6 +372,12 @@ func TestStoreUnderPressureInGuest(t *testing.T) {
 		for _, id := range kept {
 			g.must(rpc.ActionProcessGet, map[string]any{"run_id": id}, nil)
 		}
+		// The store is still full: the other agent works, and the deletes (agent.delete takes an
+		// agent without sessions) give the space back.
+		calmWorks(true)
+		g.must(rpc.ActionSessionDelete, ids("filler", "fill"), nil)
+		g.must(rpc.ActionAgentDelete, map[string]any{"agent_id": "filler"}, nil)
+		spaceIsBack()
 		// The kept quota is still enforced.
 		r := g.sh("calm", "kept", "dd if=/dev/zero of=fill bs=1M count=64 conv=fsync")
 		if r.exit == 0 || !spaceError(r.stderr) {
