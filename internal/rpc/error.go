@@ -22,6 +22,7 @@ const (
 	CodeNotFound             Code = "not_found"              // the named object (or endpoint) does not exist
 	CodeConflict             Code = "conflict"               // the object's state does not allow the action now
 	CodeQuarantined          Code = "quarantined"            // the session's recovery failed; only session.delete is served for it
+	CodeNoSpace              Code = "no_space"               // the session's, agent's or store's space is used up; free some with a delete
 	CodeUnsupported          Code = "unsupported"            // this guest (kernel, build) cannot do it
 	CodeUnavailable          Code = "unavailable"            // the daemon is shutting down or the request was cancelled
 	CodeInternal             Code = "internal"               // a bug or an unexpected system failure
@@ -49,6 +50,8 @@ func (c Code) HTTPStatus() int {
 		return http.StatusForbidden
 	case CodeQuarantined, CodeConflict:
 		return http.StatusConflict
+	case CodeNoSpace:
+		return http.StatusInsufficientStorage
 	case CodeUnsupported:
 		return http.StatusNotImplemented
 	case CodeUnavailable:

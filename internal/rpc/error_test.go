@@ -28,6 +28,7 @@ func TestHTTPStatus(t *testing.T) {
 		CodeUnauthorized: http.StatusUnauthorized, CodeForbidden: http.StatusForbidden,
 		CodeNotFound: http.StatusNotFound, CodeConflict: http.StatusConflict,
 		CodeUnsupported: http.StatusNotImplemented, CodeUnavailable: http.StatusServiceUnavailable,
+		CodeNoSpace:  http.StatusInsufficientStorage,
 		CodeInternal: http.StatusInternalServerError, Code("from_the_future"): http.StatusInternalServerError,
 	} {
 		if got := code.HTTPStatus(); got != want {

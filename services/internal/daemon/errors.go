@@ -3,6 +3,7 @@ package daemon
 import (
 	"context"
 	"errors"
+	"syscall"
 
 	"github.com/allox-os/allox/internal/rpc"
 	"github.com/allox-os/allox/services/internal/fence"
@@ -36,8 +37,13 @@ func rpcError(err error) *rpc.Error {
 		code = rpc.CodeConflict
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		code = rpc.CodeUnavailable
+	case errors.Is(err, syscall.EDQUOT), errors.Is(err, syscall.ENOSPC):
+		code = rpc.CodeNoSpace
 	}
 	out := &rpc.Error{Code: code, Message: err.Error()}
+	if code == rpc.CodeNoSpace {
+		out.Message += ": the session's, the agent's or the store's space is used up; free some with checkpoint.delete, session.delete or agent.delete (these work on a full store)"
+	}
 	var se *store.Error
 	var te *tracked.InvalidError
 	var ke *tracker.InvalidError
