@@ -205,3 +205,31 @@ func TestIndexWritesOnlyTheTouchedFiles(t *testing.T) {
 		t.Errorf("index files written (-want +got):\n%s", diff)
 	}
 }
+
+// TestOrphanedSessionFilesAreNotInherited puts a session file in the index directory of an
+// agent agents.json does not name: Open moves it out of agents/, and an agent created with that
+// id has no sessions.
+func TestOrphanedSessionFilesAreNotInherited(t *testing.T) {
+	s, root, state := newStore(t)
+	s.Close()
+	dir := filepath.Join(state, indexDir, sessionsDir, "b")
+	if err := os.MkdirAll(dir, 0o700); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "s1.json"), []byte(`{"checkpoints":{}}`), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	r, err := Open(root, state)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	mustNotExist(t, dir)
+	if _, err := r.CreateAgent("b"); err != nil {
+		t.Fatal(err)
+	}
+	r2 := reopen(t, r)
+	if ss, err := r2.ListSessions("b"); err != nil || len(ss) != 0 {
+		t.Errorf("sessions of the new agent b: %v, %v; want none", ss, err)
+	}
+}

@@ -102,14 +102,24 @@ func (s *Store) loadIndex() (*index, error) {
 		return nil, err
 	}
 	for _, e := range ents {
+		if !e.IsDir() || validID(e.Name()) != "" {
+			continue
+		}
 		dir := s.indexPath(sessionsDir, e.Name())
 		s.cleanTemps(dir)
 		a := ix.Agents[e.Name()]
 		if a == nil {
 			// Left by an agent.create or agent.delete cut short; an agent without a record
-			// never has sessions, so the directory is empty (if not, it is kept and audited).
+			// never has sessions, so the directory is empty. If it is not (edited by hand), it
+			// is moved out of agents/, so that an agent created again with that id never
+			// inherits its sessions.
 			if err := os.Remove(dir); err != nil {
-				s.audit("cleanup", e.Name(), "", "", fmt.Sprintf("index directory %s of an unknown agent kept: %v", dir, err))
+				aside := s.indexPath(fmt.Sprintf(".orphaned-%s-%d", e.Name(), time.Now().UnixNano()))
+				rerr := os.Rename(dir, aside)
+				s.audit("cleanup", e.Name(), "", "", fmt.Sprintf("index directory %s of an unknown agent is not empty (%v): moved to %s (%v)", dir, err, aside, rerr))
+				if rerr != nil {
+					return nil, fmt.Errorf("index directory %s of an unknown agent: %w", dir, rerr)
+				}
 			}
 			continue
 		}
