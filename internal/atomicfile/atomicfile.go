@@ -42,6 +42,19 @@ func Write(path string, data []byte, perm os.FileMode) error {
 	return syncDir(dir)
 }
 
+// Remove removes path (a missing path is not an error) and fsyncs its directory, so that the
+// removal is durable before whatever the caller does next.
+func Remove(path string) error {
+	if err := os.Remove(path); err != nil && !os.IsNotExist(err) {
+		return err
+	}
+	dir := filepath.Dir(path)
+	return syncDir(dir)
+}
+
+// SyncDir fsyncs the directory dir, making the entries created, renamed or removed in it durable.
+func SyncDir(dir string) error { return syncDir(dir) }
+
 func syncDir(dir string) error {
 	d, err := os.Open(dir)
 	if err != nil {

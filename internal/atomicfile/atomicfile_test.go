@@ -67,3 +67,19 @@ func TestRemoveTempsRemovesOnlyLeftovers(t *testing.T) {
 		t.Errorf("left: %v; want index.json and notes.tmp-1", names)
 	}
 }
+
+func TestRemoveIsIdempotent(t *testing.T) {
+	dir := t.TempDir()
+	p := filepath.Join(dir, "a.json")
+	if err := Write(p, []byte("{}"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	for range 2 {
+		if err := Remove(p); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := os.Lstat(p); !os.IsNotExist(err) {
+		t.Errorf("%s left: %v", p, err)
+	}
+}

@@ -79,7 +79,7 @@ func (s *Store) CreateAgent(id string) (*Agent, error) {
 	}
 	rec := &agentRec{Created: time.Now().UTC(), Sessions: map[string]*sessionRec{}}
 	s.mu.Lock()
-	err = s.update(func(ix *index) error { ix.Agents[id] = rec; return nil })
+	err = s.update(id, "", func(ix *index) error { ix.Agents[id] = rec; return nil })
 	s.mu.Unlock()
 	if err != nil {
 		return nil, abort(err)
@@ -196,8 +196,11 @@ func (s *Store) forgetAgent(op, id string) (string, error) {
 	if err := unix.Renameat(int(agents.Fd()), id, int(agents.Fd()), trash); err != nil {
 		return "", fmt.Errorf("%s: move aside: %w", op, err)
 	}
-	if err := s.update(func(ix *index) error { delete(ix.Agents, id); return nil }); err != nil {
-		unix.Renameat(int(agents.Fd()), trash, int(agents.Fd()), id)
+	if err := s.update(id, "", func(ix *index) error { delete(ix.Agents, id); return nil }); err != nil {
+		var c *crash
+		if !errors.As(err, &c) { // after a crash the tree stays aside, removed at the next Open
+			unix.Renameat(int(agents.Fd()), trash, int(agents.Fd()), id)
+		}
 		return "", fmt.Errorf("%s: %w", op, err)
 	}
 	return trash, nil

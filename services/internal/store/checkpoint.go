@@ -123,7 +123,7 @@ func (s *Store) CreateCheckpoint(agentID, sessionID, id string, opt CheckpointOp
 	}
 	rec := &cpRec{Parent: parent, Labels: maps.Clone(opt.Labels), Pinned: opt.Pin, Created: time.Now().UTC()}
 	s.mu.Lock()
-	err = s.update(func(ix *index) error {
+	err = s.update(agentID, sessionID, func(ix *index) error {
 		r := ix.session(agentID, sessionID)
 		r.Checkpoints[id], r.Head = rec, id
 		return nil

@@ -4,6 +4,17 @@
 // and keeps its own state (the checkpoint index, the transaction journal, audit events) in a
 // separate state directory that no rollback ever touches. It knows nothing about HTTP.
 //
+// The index is one file per record, so that one agent's state never slows another's
+// operations: STATE/index/agents.json holds every agent's record (its creation time, not its
+// sessions) and STATE/index/agents/<agent>/<session>.json one session's record and checkpoint
+// DAG (labels included). Each is written whole with internal/atomicfile, and a mutation writes
+// only the record it changes: a checkpoint, rollback, pin or delete rewrites its session's file,
+// agent.create and agent.delete rewrite agents.json (tens of bytes per agent). Each journaled
+// step therefore still changes exactly one index file atomically, as with the single index.json
+// of earlier versions, which Open migrates (built in STATE/.index-migrate, renamed into place,
+// index.json removed last). Per-record files rather than an embedded database: no dependency,
+// files an operator can read, and the same atomic-write and journal argument as before.
+//
 // Nested subvolumes: a Btrfs snapshot is not recursive, so a subvolume nested in current/ (a
 // managed run or an old workspace can make one) would be an empty directory in a checkpoint.
 // CreateCheckpoint therefore refuses such a current/, naming the path; every deletion (the

@@ -41,6 +41,12 @@ const (
 	// (the path below the session directory, e.g. current/x/y) before each subvolume is deleted,
 	// nested ones first, and its error stands for that deletion failing.
 	stepSubvolDelete = "subvolume.delete"
+
+	// stepIndexWrite is not journaled either: the step hook is called with "index.write <file>"
+	// (agents.json, "agent-dir <agent>" for removing a deleted agent's index directory, or
+	// "session <agent>/<session>") before each index file is written or removed; its error
+	// stands for a crash there.
+	stepIndexWrite = "index.write"
 )
 
 // txn is one journal record, stateDir/journal/<id>.json. It is rewritten at each step and

@@ -122,7 +122,8 @@ func TestOpenWaitsForStateLock(t *testing.T) {
 func TestOpenRemovesTempFiles(t *testing.T) {
 	s, root, state := newStore(t)
 	s.Close()
-	leftovers := []string{filepath.Join(state, ".index.json.tmp-123"), filepath.Join(state, journalDir, ".1-2.json.tmp-456")}
+	leftovers := []string{filepath.Join(state, ".index.json.tmp-123"), filepath.Join(state, journalDir, ".1-2.json.tmp-456"),
+		filepath.Join(state, indexDir, "."+agentsFile+".tmp-789"), filepath.Join(state, indexDir, sessionsDir, ".x.tmp-1")}
 	for _, p := range leftovers {
 		if err := os.WriteFile(p, []byte("half"), 0o600); err != nil {
 			t.Fatal(err)

@@ -60,7 +60,7 @@ func (s *Store) forgetCheckpoint(op, agentID, sessionID, id string) (*osFile, er
 		cps.Close()
 		return nil, fmt.Errorf("%s: %w", op, err)
 	}
-	err = s.update(func(ix *index) error {
+	err = s.update(agentID, sessionID, func(ix *index) error {
 		sr := ix.session(agentID, sessionID)
 		parent := sr.Checkpoints[id].Parent
 		delete(sr.Checkpoints, id)
@@ -113,7 +113,7 @@ func (s *Store) Pin(agentID, sessionID, id string, pinned bool) error {
 	if _, _, err := s.findCheckpoint("checkpoint.pin", agentID, sessionID, id); err != nil {
 		return err
 	}
-	err := s.update(func(ix *index) error {
+	err := s.update(agentID, sessionID, func(ix *index) error {
 		ix.session(agentID, sessionID).Checkpoints[id].Pinned = pinned
 		return nil
 	})
@@ -284,7 +284,7 @@ func (s *Store) forgetCheckpoints(agentID, sessionID string, ids []string) error
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.update(func(ix *index) error {
+	return s.update(agentID, sessionID, func(ix *index) error {
 		sr := ix.session(agentID, sessionID)
 		if sr == nil {
 			return nil
@@ -311,7 +311,7 @@ func (s *Store) forgetCheckpoints(agentID, sessionID string, ids []string) error
 func (s *Store) forgetSession(agentID, id string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.update(func(ix *index) error {
+	return s.update(agentID, id, func(ix *index) error {
 		if a := ix.Agents[agentID]; a != nil {
 			delete(a.Sessions, id)
 		}

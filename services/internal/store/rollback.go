@@ -125,7 +125,7 @@ func (s *Store) abortAfterExchange(t *txn, op string, d int, err error) error {
 func (s *Store) setHead(agentID, sessionID, head string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return s.update(func(ix *index) error {
+	return s.update(agentID, sessionID, func(ix *index) error {
 		if sr := ix.session(agentID, sessionID); sr != nil {
 			sr.Head = head
 		}

@@ -98,7 +98,7 @@ func (s *Store) CreateSessionWith(agentID, id string, opt SessionOptions) (*Sess
 	}
 	rec := &sessionRec{Created: time.Now().UTC(), Checkpoints: map[string]*cpRec{}}
 	s.mu.Lock()
-	err = s.update(func(ix *index) error {
+	err = s.update(agentID, id, func(ix *index) error {
 		a := ix.Agents[agentID]
 		if a == nil {
 			return agentNotFound(op, agentID)

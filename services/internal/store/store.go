@@ -3,7 +3,6 @@ package store
 import (
 	"errors"
 	"fmt"
-	"github.com/allox-os/allox/internal/atomicfile"
 	"os"
 	"path/filepath"
 	"sync"
@@ -106,7 +105,7 @@ func OpenOptions(root, stateDir string, o Options) (*Store, error) {
 	s.SetDeleteMode(mode)
 	if s.rootDir, err = os.Open(root); err == nil {
 		s.removeTemps()
-		if s.ix, err = loadIndex(stateDir); err == nil {
+		if s.ix, err = s.loadIndex(); err == nil {
 			err = s.recover(true)
 		}
 	}
@@ -142,16 +141,21 @@ func (s *Store) hook() func(string) error {
 
 func (s *Store) fd() int { return int(s.rootDir.Fd()) }
 
-// update applies fn to a copy of the index and persists it; on any error nothing changes.
-// The caller holds s.mu.
-func (s *Store) update(fn func(ix *index) error) error {
-	next := s.ix.clone()
+// update applies fn to a copy of the index and persists the one record it may change: with
+// sessionID "", agentID's entry in the agent list (agents.json); else that session's record and
+// checkpoint DAG (index/agents/<agent>/<session>.json, removed when fn drops the session). fn
+// must change nothing else. Only that record is copied and only its file written, so the cost
+// does not grow with other agents' state. On any error nothing changes. The caller holds s.mu.
+func (s *Store) update(agentID, sessionID string, fn func(ix *index) error) error {
+	next := s.ix.cloneFor(agentID, sessionID)
 	if err := fn(next); err != nil {
 		return err
 	}
-	b, err := jsonIndent(next)
-	if err == nil {
-		err = atomicfile.Write(filepath.Join(s.stateDir, indexFile), b, 0o600)
+	var err error
+	if sessionID == "" {
+		err = s.saveAgents(next, agentID)
+	} else {
+		err = s.saveSession(next, agentID, sessionID)
 	}
 	if err != nil {
 		return fmt.Errorf("save index: %w", err)
@@ -216,7 +220,7 @@ func (s *Store) Handover(fn func() error) error {
 		return errors.Join(fnErr, fmt.Errorf("handover: take the state lock back: %w", err))
 	}
 	s.lock = lock
-	ix, err := loadIndex(s.stateDir)
+	ix, err := s.loadIndex()
 	if err == nil {
 		s.mu.Lock()
 		s.ix, s.pending, s.quarantine = ix, map[string]string{}, map[string]*Quarantine{}
