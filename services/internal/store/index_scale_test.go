@@ -39,6 +39,10 @@ func BenchmarkSharedIndex(b *testing.B) {
 				b.Logf("index %d agents × %d checkpoints, %s: %.1f MiB; agent.create+delete median %v max %v (empty index median %v max %v, %d samples each): ratio %.1f×",
 					agents, checkpoints, tc.name, float64(size)/(1<<20), median(full), full[len(full)-1], median(base), base[len(base)-1], samples,
 					float64(median(full))/float64(median(base)))
+				b.ReportMetric(float64(median(full))/float64(median(base)), "ratio")
+				b.ReportMetric(float64(median(full).Microseconds())/1000, "full-p50-ms")
+				b.ReportMetric(float64(median(base).Microseconds())/1000, "empty-p50-ms")
+				b.ReportMetric(float64(samples), "samples")
 			}
 		})
 	}
