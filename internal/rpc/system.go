@@ -127,6 +127,10 @@ type StoreInfo struct {
 	Root string `json:"root"`
 	// FSType is the filesystem name ("btrfs", "tmpfs", "ext4", ...) or its statfs magic in hex.
 	FSType string `json:"fstype"`
+	// Quota is the store-wide qgroup holding every agent (3/1): its limit (what the store can hold
+	// minus Reserve), what the agents use and the reserve they leave free for the daemon's state;
+	// absent with quotas off.
+	Quota *Quota `json:"quota,omitempty"`
 }
 
 // CgroupInfo describes the cgroup hierarchy at /sys/fs/cgroup.

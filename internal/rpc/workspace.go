@@ -63,6 +63,11 @@ type Quota struct {
 	// Used is what the qgroup is charged, as of the store's last transaction commit (at most 30 s
 	// old): every byte its subvolumes wrote that one of them still holds.
 	Used int64 `json:"used"`
+	// Reserve is, for the store's qgroup, what all agents leave free for the daemon's state.
+	Reserve int64 `json:"reserve,omitempty"`
+	// Unlimited names what is outside the qgroup: an agent's "shared/" when it is an older,
+	// non-empty plain directory (empty it, or delete and re-create the agent, to limit it).
+	Unlimited []string `json:"unlimited,omitempty"`
 }
 
 // Session is a second-level Session Workspace with its status.

@@ -149,7 +149,7 @@ func (h workspaceHandlers) session(s *store.Session) rpc.Session {
 }
 
 func wireQuota(q store.Quota) *rpc.Quota {
-	return &rpc.Quota{Qgroup: q.Qgroup, Limit: q.Limit, Used: q.Used}
+	return &rpc.Quota{Qgroup: q.Qgroup, Limit: q.Limit, Used: q.Used, Reserve: q.Reserve, Unlimited: q.Unlimited}
 }
 
 // limitsParam decodes session.create's limits into a limit.Set; an unknown key, a value of the

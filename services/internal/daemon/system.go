@@ -56,6 +56,7 @@ func (h systemHandlers) info(_ context.Context, c *Call) (any, error) {
 	for _, q := range info.Quarantined {
 		res.Quarantined = append(res.Quarantined, rpc.QuarantinedSession{AgentID: q.AgentID, SessionID: q.SessionID, Reason: q.Reason, Since: q.Since})
 	}
+	res.Store.Quota = storeQuota(h.ws)
 	if info.Image != nil {
 		res.Image = &rpc.ImageInfo{Name: info.Image.Name, Version: info.Image.Version}
 	}
@@ -104,6 +105,19 @@ func seccompRules(rs []system.SeccompRule) []rpc.SeccompRule {
 		out = append(out, rpc.SeccompRule{Syscall: r.Syscall, Number: r.Number, When: r.When, Args: args, Errno: r.Errno})
 	}
 	return out
+}
+
+// storeQuota reports the store-wide quota (3/1); nil with quotas off or without a workspace
+// runtime.
+func storeQuota(ws *workspace.Service) *rpc.Quota {
+	if ws == nil || ws.Store == nil {
+		return nil
+	}
+	q, ok, err := ws.Store.StoreQuota()
+	if err != nil || !ok {
+		return nil
+	}
+	return wireQuota(q)
 }
 
 // limitsInfo reports which limits ws applies; nil without a workspace runtime.

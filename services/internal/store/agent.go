@@ -66,15 +66,21 @@ func (s *Store) CreateAgent(id string) (*Agent, error) {
 	if err := s.step(t, stepAgentDirs); err != nil {
 		return nil, abort(err)
 	}
-	for _, d := range []string{"/shared", "/sessions"} {
-		if err := mkdirAll(s.fd(), workspaceRel(id)+d); err != nil {
-			return nil, abort(err)
-		}
+	if err := mkdirAll(s.fd(), workspaceRel(id)+"/sessions"); err != nil {
+		return nil, abort(err)
+	}
+	ws, err := openDir(s.fd(), workspaceRel(id))
+	if err != nil {
+		return nil, abort(err)
+	}
+	defer ws.Close()
+	if err := makeSubvolDir(int(ws.Fd()), sharedDir, sharedMode); err != nil { // quota_dirs.go
+		return nil, abort(err)
 	}
 	if err := s.step(t, stepAgentIndex); err != nil {
 		return nil, abort(err)
 	}
-	if _, err := s.agentQgroup(id, false); err != nil {
+	if err := s.quotaAssignAgent(id, int(ws.Fd()), sharedDir); err != nil {
 		return nil, abort(err)
 	}
 	rec := &agentRec{Created: time.Now().UTC(), Sessions: map[string]*sessionRec{}}

@@ -16,9 +16,10 @@ import (
 
 // Space limits, with Btrfs simple quotas (squota, kernel >= 6.7). The hierarchy:
 //
-//	0/<subvolid>  every subvolume of a session: current/, each checkpoint, a rollback's new copy
-//	1/<n>         one per session, holding all of them; limit: the session's quota
-//	2/<n>         one per agent, holding its sessions; limit: the agent's quota
+//	0/<subvolid>  every subvolume of a session: current/, each checkpoint, a rollback's new copy,
+//	              .run-tmp (the runs' private /tmp); and each agent's shared/
+//	1/<n>         one per session, holding its subvolumes; limit: the session's quota
+//	2/<n>         one per agent, holding its sessions and its shared/; limit: the agent's quota
 //	3/1           all agents, holding every agent; limit: what the store can hold minus the reserve
 //
 // The daemon's state (the state directory, by default ROOT/.allox-state) is outside agents/ and
@@ -49,6 +50,11 @@ type Quota struct {
 	Qgroup string // e.g. "1/3"
 	Limit  int64  // bytes; 0: none
 	Used   int64  // bytes charged, as of the last transaction commit
+	// Reserve is, for the store's qgroup (3/1), what all agents leave free for the daemon's state.
+	Reserve int64
+	// Unlimited names what of an agent is outside its qgroup: "shared/" when it is an older,
+	// non-empty plain directory (quota_dirs.go).
+	Unlimited []string
 }
 
 // allAgents is the qgroup of every agent.
@@ -134,11 +140,15 @@ func (s *Store) EnableQuota(cfg QuotaConfig) error {
 	if st == nil {
 		st = &quotaState{Next: 1, Agents: map[string]*qgroupRec{}, Sessions: map[string]*qgroupRec{}}
 	}
+	changed := st.Config != cfg
 	st.Config = cfg
 	err = s.saveQuota(st)
 	s.quota.mu.Unlock()
 	if err != nil {
 		return err
+	}
+	if changed {
+		s.audit("quota.config", "", "", "", fmt.Sprintf("session %d agent %d reserve %d", cfg.Session, cfg.Agent, cfg.Reserve))
 	}
 	if err := s.reconcileQuota(); err != nil {
 		return fmt.Errorf("enable quotas: %w", err)
@@ -214,6 +224,9 @@ func (s *Store) reconcileQuota() error {
 		if _, err := s.agentQgroup(aid, true); err != nil {
 			return err
 		}
+		if _, err := s.ensureShared(aid); err != nil {
+			return fmt.Errorf("agent %s: shared/: %w", aid, err)
+		}
 	}
 	for _, k := range sortedKeys(sessions) {
 		aid, sid := sessions[k][0], sessions[k][1]
@@ -264,6 +277,13 @@ func (s *Store) assignSessionSubvols(agentID, sessionID string) error {
 		return nil // nothing to assign; operations on the session report it
 	}
 	defer dir.Close()
+	if ok, err := subvolInPlace(int(dir.Fd()), RunTmpDir, runTmpMode); err != nil {
+		return fmt.Errorf("%s: %w", RunTmpDir, err)
+	} else if ok {
+		if err := s.quotaAssign(agentID, sessionID, int(dir.Fd()), RunTmpDir); err != nil {
+			return err
+		}
+	}
 	names, _ := dir.Readdirnames(-1)
 	for _, n := range names {
 		if n == "current" || isRollbackSwap(n) {

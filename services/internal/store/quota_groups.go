@@ -115,7 +115,10 @@ func (s *Store) quotaAssignNew(agentID, sessionID string, limit int64) error {
 		return fmt.Errorf("quota: %w", err)
 	}
 	defer dir.Close()
-	return s.quotaAssignLimit(agentID, sessionID, int(dir.Fd()), "current", limit, false)
+	if err := s.quotaAssignLimit(agentID, sessionID, int(dir.Fd()), "current", limit, false); err != nil {
+		return err
+	}
+	return s.quotaAssign(agentID, sessionID, int(dir.Fd()), RunTmpDir)
 }
 
 // quotaFreed runs after a subvolume delete. A deleted subvolume gives its space back only when
@@ -223,15 +226,25 @@ func (s *Store) AgentQuota(agentID string) (q Quota, ok bool, err error) {
 	if r == nil {
 		return q, false, nil
 	}
-	return s.readQuota(r.Qgroup)
+	q, ok, err = s.readQuota(r.Qgroup)
+	if ok && !s.sharedIsSubvol(agentID) {
+		q.Unlimited = []string{"shared/"}
+	}
+	return q, ok, err
 }
 
 // StoreQuota returns the all-agents qgroup's limit and usage; ok is false with quotas off.
 func (s *Store) StoreQuota() (q Quota, ok bool, err error) {
-	if st, err := s.quotaState(); st == nil || err != nil {
+	st, err := s.quotaState()
+	if st == nil || err != nil {
 		return q, false, err
 	}
-	return s.readQuota(allAgents)
+	s.quota.mu.Lock()
+	reserve := s.quota.st.Config.Reserve
+	s.quota.mu.Unlock()
+	q, ok, err = s.readQuota(allAgents)
+	q.Reserve = reserve
+	return q, ok, err
 }
 
 func (s *Store) readQuota(q qgroupID) (Quota, bool, error) {
@@ -240,4 +253,19 @@ func (s *Store) readQuota(q qgroupID) (Quota, bool, error) {
 		return Quota{}, false, fmt.Errorf("quota %s: %w", q, err)
 	}
 	return Quota{Qgroup: q.String(), Limit: int64(u.Limit), Used: int64(u.Referenced)}, true, nil
+}
+
+// quotaDetail is the audit detail of a session's new qgroup, "quota 1/3 limit 1048576" (limit 0:
+// none); "" with quotas off.
+func (s *Store) quotaDetail(agentID, sessionID string) string {
+	if st, _ := s.quotaState(); st == nil {
+		return ""
+	}
+	s.quota.mu.Lock()
+	defer s.quota.mu.Unlock()
+	r := s.quota.st.Sessions[agentID+"/"+sessionID]
+	if r == nil {
+		return ""
+	}
+	return fmt.Sprintf("quota %s limit %d", r.Qgroup, r.Limit)
 }

@@ -113,7 +113,7 @@ func (s *Store) CreateSessionWith(agentID, id string, opt SessionOptions) (*Sess
 	if err := s.journalRemove(t); err != nil {
 		return nil, fmt.Errorf("%s: %w", op, err)
 	}
-	s.audit(op, agentID, id, "", "")
+	s.audit(op, agentID, id, "", s.quotaDetail(agentID, id))
 	return s.session(agentID, id, rec), nil
 }
 
@@ -141,7 +141,10 @@ func (s *Store) makeSessionTree(rel string) error {
 		return err
 	}
 	defer dir.Close()
-	return subvolCreate(int(dir.Fd()), "current")
+	if err := subvolCreate(int(dir.Fd()), "current"); err != nil {
+		return err
+	}
+	return makeSubvolDir(int(dir.Fd()), RunTmpDir, runTmpMode) // quota_dirs.go
 }
 
 // GetSession returns one session, a quarantined one too (even one the index does not hold).
@@ -187,22 +190,27 @@ type Paths struct {
 	Current        string // the session's current/
 	Shared         string // the agent's shared/
 	AgentWorkspace string // the agent's workspace/
-	// RunTmp is where the runs' private /tmp are staged: <session dir>/.run-tmp, on the
-	// session's own filesystem, beside current/ (so in no checkpoint) and outside the state
-	// directory. The session's deletion removes it; every start empties it.
+	// RunTmp is where the runs' private /tmp are staged: <session dir>/.run-tmp, a subvolume
+	// in the session's qgroup beside current/ (so in no checkpoint, on the same filesystem, and
+	// outside the state directory). The session's deletion removes it; every start empties it.
 	RunTmp string
 }
 
 // RunPaths returns the session's Paths. A quarantined session is refused (ErrQuarantined).
+// A session made before .run-tmp was a subvolume gets one here, while it is empty.
 func (s *Store) RunPaths(agentID, sessionID string) (Paths, error) {
 	const op = "session.paths"
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	if _, err := s.findSession(op, agentID, sessionID); err != nil {
+	_, err := s.findSession(op, agentID, sessionID)
+	if q := s.quarantinedLocked(agentID, sessionID); err == nil && q != nil {
+		err = quarantinedError(op, q)
+	}
+	s.mu.Unlock()
+	if err != nil {
 		return Paths{}, err
 	}
-	if q := s.quarantinedLocked(agentID, sessionID); q != nil {
-		return Paths{}, quarantinedError(op, q)
+	if err := s.ensureRunTmp(agentID, sessionID); err != nil {
+		return Paths{}, fmt.Errorf("%s: %s: %w", op, RunTmpDir, err)
 	}
 	ws, dir := s.abs(workspaceRel(agentID)), s.abs(sessionRel(agentID, sessionID))
 	return Paths{Current: dir + "/current", Shared: ws + "/shared", AgentWorkspace: ws, RunTmp: dir + "/" + RunTmpDir}, nil

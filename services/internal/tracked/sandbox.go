@@ -91,7 +91,11 @@ func bwrapArgs(cfg *Config, req *StartRequest, cwd, tmpDir string, masks []strin
 		a = append(a, "--ro-bind", d, d)
 	}
 	ws := req.Workspace
-	a = append(a, "--bind", tmpDir, "/tmp")
+	if tmpDir == "" { // no space for a private /tmp (makeRunDir): an empty read-only one
+		a = append(a, "--tmpfs", "/tmp", "--remount-ro", "/tmp")
+	} else {
+		a = append(a, "--bind", tmpDir, "/tmp")
+	}
 	if cfg.SharedWritable {
 		a = append(a, "--bind", ws.Shared, ws.Shared)
 	} else {

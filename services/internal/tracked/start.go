@@ -202,7 +202,9 @@ func closeOutput(cmd *exec.Cmd) {
 // parent's copies of descriptors after Start.
 func (m *Manager) prepare(req *StartRequest, r *run, dir, cwd string) (*exec.Cmd, *os.File, func(), error) {
 	tmp := r.st.Tmp
-	if err := m.makeRunDir(req, dir, tmp); err != nil {
+	if err := m.makeRunDir(req, dir, tmp); errors.Is(err, errTmpFull) {
+		tmp, r.st.Tmp = "", "" // a read-only empty /tmp, nothing to sync
+	} else if err != nil {
 		return nil, nil, nil, err
 	}
 	files := make([]*os.File, 0, 5)
@@ -326,6 +328,11 @@ func awaitChild(ready *os.File) error {
 // /tmp it binds), owned by the run's identity. A sandboxed run's current/ belongs to that
 // identity too (a workspace made before runs were unprivileged is handed over at its first run;
 // files inside keep their owner), and so does shared/ when runs may write it.
+//
+// The staging directory is in the session's quota: when the session (or its agent, or the store)
+// is full, even the private /tmp's mkdir gets EDQUOT or ENOSPC. The run still starts (its writes
+// would fail the same way), with a read-only empty /tmp: makeRunDir returns errTmpFull after
+// everything else is made.
 func (m *Manager) makeRunDir(req *StartRequest, dir, tmp string) error {
 	if err := os.Mkdir(dir, 0o700); err != nil {
 		return err
@@ -333,11 +340,29 @@ func (m *Manager) makeRunDir(req *StartRequest, dir, tmp string) error {
 	if err := makeStaging(filepath.Dir(tmp)); err != nil {
 		return err
 	}
-	if err := os.Mkdir(tmp, 0o700); err != nil {
+	var tmpErr error
+	if err := os.Mkdir(tmp, 0o700); errors.Is(err, unix.EDQUOT) || errors.Is(err, unix.ENOSPC) {
+		tmpErr = errTmpFull
+	} else if err != nil {
 		return fmt.Errorf("private /tmp: %w", err)
 	}
 	if req.Managed {
-		return nil
+		return tmpErr
+	}
+	if err := m.ownRunDirs(req, tmp, tmpErr == nil); err != nil {
+		return err
+	}
+	return tmpErr
+}
+
+// errTmpFull is makeRunDir's report that the private /tmp could not be made for want of space.
+var errTmpFull = errors.New("private /tmp: no space in the session's quota")
+
+// ownRunDirs hands the private /tmp (if made), current/ and (if writable) shared/ to the run's
+// identity.
+func (m *Manager) ownRunDirs(req *StartRequest, tmp string, haveTmp bool) error {
+	if !haveTmp {
+		return m.ownWorkspace(req)
 	}
 	if err := os.Lchown(tmp, int(m.cfg.RunUID), int(m.cfg.RunGID)); err != nil {
 		return fmt.Errorf("private /tmp: %w", err)
@@ -345,6 +370,11 @@ func (m *Manager) makeRunDir(req *StartRequest, dir, tmp string) error {
 	if err := traversable(filepath.Dir(tmp), m.cfg.RunUID, m.cfg.RunGID); err != nil {
 		return fmt.Errorf("private /tmp staging: %w", err)
 	}
+	return m.ownWorkspace(req)
+}
+
+// ownWorkspace hands current/ and (if runs may write it) shared/ to the run's identity.
+func (m *Manager) ownWorkspace(req *StartRequest) error {
 	if m.cfg.SharedWritable {
 		if err := ownTo(req.Workspace.Shared, m.cfg.RunUID, m.cfg.RunGID); err != nil {
 			return err
@@ -458,7 +488,7 @@ func (m *Manager) supervise(cmd *exec.Cmd, r *run, dir string, req StartRequest)
 	if residueErr != nil {
 		st.Reason = joinReason(st.Reason, "observer: "+residueErr.Error())
 	}
-	if st.State == StateExited && !req.Managed {
+	if st.State == StateExited && !req.Managed && st.Tmp != "" {
 		owner := [2]int{int(m.cfg.RunUID), int(m.cfg.RunGID)}
 		if err := syncTmp(st.Tmp, req.Workspace.Current, owner); err != nil {
 			st.Reason = joinReason(st.Reason, "tmp sync: "+err.Error())
