@@ -172,9 +172,9 @@ func openWorkspace(cfg daemon.Config) (*workspace.Service, error) {
 		}
 		quota = &workspace.Quota{Session: cfg.SessionQuota, MaxSession: cfg.MaxSessionQuota}
 	}
-	// The state dir is traversable, not listable (every file in it is 0600). Runs' private /tmp
-	// are no longer staged in it but in their sessions' directories.
-	if err := os.Chmod(cfg.State, 0o711); err != nil {
+	// The state dir is the daemon's alone (0700): runs' private /tmp are staged in their sessions'
+	// .run-tmp/, which is where bwrap, already the runs' uid, has to reach.
+	if err := os.Chmod(cfg.State, 0o700); err != nil {
 		return nil, fmt.Errorf("state dir: %w", err)
 	}
 	log := &audit.Log{Dir: cfg.State}

@@ -80,9 +80,6 @@ func newLimitsEnv(t *testing.T, root, state, parent string) *limitsEnv {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { st.Close() })
-	if err := os.Chmod(state, 0o711); err != nil { // as the daemon does: runs' bwrap reaches their /tmp in it
-		t.Fatal(err)
-	}
 	limits, err := workspace.OpenLimits(state, testSessionDefaults, testMax)
 	if err != nil {
 		t.Fatal(err)
