@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/allox-os/allox/services/internal/memfd"
 	"io"
 	"os"
 	"os/exec"
@@ -281,11 +282,11 @@ type launch struct {
 // Pdeathsig after the switch, which would clear it).
 func (m *Manager) boundaryCmd(req *StartRequest, cwd, tmp string) (*launch, error) {
 	opts := append(bwrapArgs(&m.cfg, req, cwd, tmp, m.cfg.procMasks), "--info-fd", strconv.Itoa(infoFD))
-	args, err := sealedFile("bwrap-args", nulJoin(opts))
+	args, err := memfd.Sealed("bwrap-args", nulJoin(opts))
 	if err != nil {
 		return nil, err
 	}
-	filter, err := sealedFile("seccomp", m.cfg.Seccomp)
+	filter, err := memfd.Sealed("seccomp", m.cfg.Seccomp)
 	if err != nil {
 		args.Close()
 		return nil, err
@@ -415,27 +416,6 @@ func ownTo(dir string, uid, gid uint32) error {
 		return nil
 	}
 	return os.Lchown(dir, int(uid), int(gid))
-}
-
-// sealedFile returns a sealed memfd holding data, positioned at its start, for a child to read.
-func sealedFile(name string, data []byte) (*os.File, error) {
-	fd, err := unix.MemfdCreate(name, unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
-	if err != nil {
-		return nil, fmt.Errorf("memfd %s: %w", name, err)
-	}
-	f := os.NewFile(uintptr(fd), name)
-	_, err = f.Write(data)
-	if err == nil {
-		_, err = unix.FcntlInt(f.Fd(), unix.F_ADD_SEALS, unix.F_SEAL_SEAL|unix.F_SEAL_SHRINK|unix.F_SEAL_GROW|unix.F_SEAL_WRITE)
-	}
-	if err == nil {
-		_, err = f.Seek(0, 0)
-	}
-	if err != nil {
-		f.Close()
-		return nil, fmt.Errorf("memfd %s: %w", name, err)
-	}
-	return f, nil
 }
 
 // nulJoin is bwrap's --args format: every argument ends with a NUL byte.

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"github.com/allox-os/allox/services/internal/memfd"
 	"os"
 	"path/filepath"
 	"strings"
@@ -92,19 +93,9 @@ func (pins Pins) check(path string) ([]byte, error) {
 
 // seal returns a sealed in-memory copy of data, the checked content of path.
 func seal(path string, data []byte) (*program, error) {
-	fd, err := unix.MemfdCreate(filepath.Base(path), unix.MFD_CLOEXEC|unix.MFD_ALLOW_SEALING)
+	f, err := memfd.Sealed(filepath.Base(path), data)
 	if err != nil {
-		return nil, fmt.Errorf("memfd for %s: %w", path, err)
-	}
-	f := os.NewFile(uintptr(fd), filepath.Base(path))
-	if _, err := f.Write(data); err != nil {
-		f.Close()
-		return nil, err
-	}
-	seals := unix.F_SEAL_SEAL | unix.F_SEAL_SHRINK | unix.F_SEAL_GROW | unix.F_SEAL_WRITE
-	if _, err := unix.FcntlInt(f.Fd(), unix.F_ADD_SEALS, seals); err != nil {
-		f.Close()
-		return nil, fmt.Errorf("seal %s: %w", path, err)
+		return nil, fmt.Errorf("%s: %w", path, err)
 	}
 	// exec refuses a file that is open for writing (ETXTBSY): keep only a read-only descriptor.
 	ro, err := os.OpenFile(fmt.Sprintf("/proc/self/fd/%d", f.Fd()), os.O_RDONLY|unix.O_CLOEXEC, 0)
