@@ -24,6 +24,7 @@ var deployment = Deployment{
 		KernelParams:       []string{"cgroup_no_v1=all"},
 		DisableImageNvdimm: true,
 		KernelVerityParams: testVerity,
+		EnableAnnotations:  DefaultEnableAnnotations,
 	},
 }
 
@@ -96,11 +97,11 @@ func TestContainerdSnippets(t *testing.T) {
 		} `toml:"options"`
 	}
 	want := map[string]runtime{
-		"allox": {"io.containerd.kata.v2", RuntimeRsShim, true, []string{"io.katacontainers.*"},
+		"allox": {"io.containerd.kata.v2", RuntimeRsShim, true, defaultPodAnnotations,
 			struct {
 				ConfigPath string `toml:"ConfigPath"`
 			}{"/etc/kata-containers/allox/runtime-rs/configuration-qemu-runtime-rs.toml"}},
-		"allox-go": {"io.containerd.kata.v2", GoShim, true, []string{"io.katacontainers.*"},
+		"allox-go": {"io.containerd.kata.v2", GoShim, true, defaultPodAnnotations,
 			struct {
 				ConfigPath string `toml:"ConfigPath"`
 			}{"/etc/kata-containers/allox/configuration-qemu.toml"}},
@@ -128,6 +129,9 @@ func TestContainerdSnippets(t *testing.T) {
 		}
 	}
 }
+
+// defaultPodAnnotations are DefaultEnableAnnotations's full names, written out.
+var defaultPodAnnotations = []string{"io.katacontainers.config.hypervisor.default_vcpus", "io.katacontainers.config.hypervisor.default_memory"}
 
 func file(t *testing.T, files []File, name string) []byte {
 	t.Helper()

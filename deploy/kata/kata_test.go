@@ -24,6 +24,7 @@ var cases = map[string]Assets{
 		KernelParams:       []string{"cgroup_no_v1=all", "systemd.unified_cgroup_hierarchy=1", `allox.note="quoted\value"`},
 		DefaultMemoryMiB:   2048,
 		DisableImageNvdimm: true,
+		EnableAnnotations:  DefaultEnableAnnotations,
 	},
 	"image-nvdimm-default-memory": {
 		Kernel:     "/opt/allox/share/vmlinux-6.18",
@@ -87,16 +88,17 @@ func TestRenderGolden(t *testing.T) {
 // qemu mirrors the [hypervisor.qemu] keys both Kata runtimes declare (Go: katautils.hypervisor;
 // Rust: kata-types BootInfo, BlockDeviceInfo, MemoryInfo), with their TOML types.
 type qemu struct {
-	Kernel             string `toml:"kernel"`
-	Image              string `toml:"image"`
-	Initrd             string `toml:"initrd"`
-	RootfsType         string `toml:"rootfs_type"`
-	KernelParams       string `toml:"kernel_params"`
-	DefaultMemory      uint32 `toml:"default_memory"`
-	DisableImageNvdimm bool   `toml:"disable_image_nvdimm"`
-	VMRootfsDriver     string `toml:"vm_rootfs_driver"` // runtime-rs only
-	KernelVerityParams string `toml:"kernel_verity_params"`
-	MachineType        string `toml:"machine_type"`
+	Kernel             string   `toml:"kernel"`
+	Image              string   `toml:"image"`
+	Initrd             string   `toml:"initrd"`
+	RootfsType         string   `toml:"rootfs_type"`
+	KernelParams       string   `toml:"kernel_params"`
+	DefaultMemory      uint32   `toml:"default_memory"`
+	DisableImageNvdimm bool     `toml:"disable_image_nvdimm"`
+	VMRootfsDriver     string   `toml:"vm_rootfs_driver"` // runtime-rs only
+	KernelVerityParams string   `toml:"kernel_verity_params"`
+	EnableAnnotations  []string `toml:"enable_annotations"`
+	MachineType        string   `toml:"machine_type"`
 }
 
 type config struct {
@@ -143,6 +145,8 @@ func decode(t *testing.T, base qemu, data []byte) (qemu, []string) {
 			got.VMRootfsDriver = dropIn.VMRootfsDriver
 		case "kernel_verity_params":
 			got.KernelVerityParams = dropIn.KernelVerityParams
+		case "enable_annotations":
+			got.EnableAnnotations = dropIn.EnableAnnotations
 		default:
 			t.Errorf("unexpected key %q", k)
 		}
@@ -152,13 +156,16 @@ func decode(t *testing.T, base qemu, data []byte) (qemu, []string) {
 
 // shipped is the part of Kata's shipped x86_64 configuration-qemu.toml that the drop-in overrides.
 var shipped = qemu{
-	Kernel:         "/opt/kata/share/kata-containers/vmlinux.container",
-	Image:          "/opt/kata/share/kata-containers/kata-containers.img",
-	RootfsType:     "ext4",
-	KernelParams:   "cgroup_no_v1=all",
-	DefaultMemory:  2048,
-	VMRootfsDriver: "virtio-pmem",
-	MachineType:    "q35",
+	Kernel:        "/opt/kata/share/kata-containers/vmlinux.container",
+	Image:         "/opt/kata/share/kata-containers/kata-containers.img",
+	RootfsType:    "ext4",
+	KernelParams:  "cgroup_no_v1=all",
+	DefaultMemory: 2048,
+	// Kata's Makefile DEFENABLEANNOTATIONS, and a confidential template's verity parameters.
+	EnableAnnotations:  []string{"enable_iommu", "kernel_params", "kernel_verity_params"},
+	KernelVerityParams: "root_hash=aa,salt=bb,data_blocks=1,data_block_size=4096,hash_block_size=4096",
+	VMRootfsDriver:     "virtio-pmem",
+	MachineType:        "q35",
 }
 
 func TestRenderParsesBack(t *testing.T) {
@@ -171,26 +178,28 @@ func TestRenderParsesBack(t *testing.T) {
 			name: "image",
 			wantGo: qemu{Kernel: "/opt/allox/share/vmlinux-6.18", Image: "/opt/allox/share/allox-agent.img", RootfsType: "ext4",
 				KernelParams:  `cgroup_no_v1=all systemd.unified_cgroup_hierarchy=1 allox.note="quoted\value"`,
-				DefaultMemory: 2048, DisableImageNvdimm: true, VMRootfsDriver: "virtio-pmem", MachineType: "q35"},
-			goKeys: []string{"kernel", "image", "initrd", "rootfs_type", "disable_image_nvdimm", "kernel_params", "default_memory"},
+				DefaultMemory: 2048, DisableImageNvdimm: true, VMRootfsDriver: "virtio-pmem", MachineType: "q35",
+				EnableAnnotations: []string{"^default_vcpus$", "^default_memory$"}},
+			goKeys: []string{"kernel", "image", "initrd", "rootfs_type", "disable_image_nvdimm", "kernel_verity_params", "kernel_params", "default_memory", "enable_annotations"},
 		},
 		{
 			name: "image-nvdimm-default-memory",
 			wantGo: qemu{Kernel: "/opt/allox/share/vmlinux-6.18", Image: "/opt/allox/share/allox-agent.img", RootfsType: "erofs",
-				DefaultMemory: 2048, VMRootfsDriver: "virtio-pmem", MachineType: "q35"},
-			goKeys: []string{"kernel", "image", "initrd", "rootfs_type", "disable_image_nvdimm", "kernel_params"},
+				DefaultMemory: 2048, VMRootfsDriver: "virtio-pmem", MachineType: "q35", EnableAnnotations: []string{}},
+			goKeys: []string{"kernel", "image", "initrd", "rootfs_type", "disable_image_nvdimm", "kernel_verity_params", "kernel_params", "enable_annotations"},
 		},
 		{
 			name: "image-verity",
 			wantGo: qemu{Kernel: "/opt/allox/share/vmlinux-6.18", Image: "/opt/allox/share/allox-agent.img", RootfsType: "ext4",
-				DefaultMemory: 2048, DisableImageNvdimm: true, VMRootfsDriver: "virtio-pmem", MachineType: "q35", KernelVerityParams: testVerity},
-			goKeys: []string{"kernel", "image", "initrd", "rootfs_type", "disable_image_nvdimm", "kernel_verity_params", "kernel_params"},
+				DefaultMemory: 2048, DisableImageNvdimm: true, VMRootfsDriver: "virtio-pmem", MachineType: "q35", KernelVerityParams: testVerity,
+				EnableAnnotations: []string{}},
+			goKeys: []string{"kernel", "image", "initrd", "rootfs_type", "disable_image_nvdimm", "kernel_verity_params", "kernel_params", "enable_annotations"},
 		},
 		{
 			name: "initrd",
 			wantGo: qemu{Kernel: "/opt/allox/share/vmlinux-6.18", Initrd: "/opt/allox/share/allox-agent.initrd", RootfsType: "ext4",
-				DefaultMemory: 1024, VMRootfsDriver: "virtio-pmem", MachineType: "q35"},
-			goKeys: []string{"kernel", "image", "initrd", "kernel_params", "default_memory"},
+				DefaultMemory: 1024, VMRootfsDriver: "virtio-pmem", MachineType: "q35", EnableAnnotations: []string{}},
+			goKeys: []string{"kernel", "image", "initrd", "kernel_verity_params", "kernel_params", "default_memory", "enable_annotations"},
 		},
 	} {
 		t.Run(tt.name, func(t *testing.T) {

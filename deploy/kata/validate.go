@@ -51,6 +51,13 @@ func (a Assets) Validate() error {
 			add("KernelParams[%d] %q: %w", i, p, err)
 		}
 	}
+	for i, n := range a.EnableAnnotations {
+		if err := CheckAnnotation(n); err != nil {
+			add("EnableAnnotations[%d]: %w", i, err)
+		} else if slices.Index(a.EnableAnnotations, n) < i {
+			add("EnableAnnotations[%d] %q is listed twice: drop one", i, n)
+		}
+	}
 	return errors.Join(errs...)
 }
 

@@ -21,7 +21,7 @@ func writeKata(ctx context.Context, s *state) error {
 	img := s.opt.Spec
 	dir := InstallDir(img)
 	a := kata.Assets{Kernel: filepath.Join(dir, artifact.Kernel), RootfsType: img.Kata.RootfsType,
-		KernelParams: img.Kata.KernelParams}
+		KernelParams: img.Kata.KernelParams, EnableAnnotations: img.Kata.EnableAnnotations}
 	if img.Kata.BootMode == spec.BootInitrd {
 		st, err := os.Stat(filepath.Join(s.out, artifact.Initramfs))
 		if err != nil {

@@ -8,6 +8,7 @@ var kataSchema = &hcl.BodySchema{
 		{Name: "rootfs_type"},
 		{Name: "kernel_params"},
 		{Name: "nvdimm"},
+		{Name: "enable_annotations"},
 	},
 }
 
@@ -18,4 +19,5 @@ func (d *decoder) decodeKata(b *hcl.Block, k *Kata) {
 	attr(d, c, "kata", "rootfs_type", &k.RootfsType)
 	attr(d, c, "kata", "kernel_params", &k.KernelParams)
 	attr(d, c, "kata", "nvdimm", &k.Nvdimm)
+	attr(d, c, "kata", "enable_annotations", &k.EnableAnnotations)
 }

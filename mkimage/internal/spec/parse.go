@@ -4,9 +4,12 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 
 	"github.com/hashicorp/hcl/v2"
 	"github.com/hashicorp/hcl/v2/hclsyntax"
+
+	"github.com/allox-os/allox/deploy/kata"
 )
 
 var imageSchema = &hcl.BodySchema{
@@ -77,7 +80,8 @@ func specFile(filename, base string) string {
 func (d *decoder) decodeImage(body hcl.Body) *Image {
 	img := &Image{
 		Rootfs: Rootfs{Suite: DefaultSuite, Filesystem: DefaultFilesystem},
-		Kata:   Kata{BootMode: BootImage, RootfsType: DefaultFilesystem},
+		Kata: Kata{BootMode: BootImage, RootfsType: DefaultFilesystem,
+			EnableAnnotations: slices.Clone(kata.DefaultEnableAnnotations)},
 		Output: Output{Dir: DefaultOutputDir},
 	}
 	c := d.content("", body, imageSchema)

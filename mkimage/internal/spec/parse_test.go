@@ -101,6 +101,8 @@ func wantDefault(t *testing.T) *Image {
 			RootfsType:   "ext4",
 			KernelParams: []string{"cgroup_no_v1=all", "systemd.unified_cgroup_hierarchy=1"},
 			Nvdimm:       true,
+			// The default: pods may size their VM and change nothing else.
+			EnableAnnotations: []string{"default_vcpus", "default_memory"},
 		},
 		Output: Output{Dir: filepath.Join(root, "out")},
 	}

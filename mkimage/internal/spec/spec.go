@@ -96,6 +96,10 @@ type Kata struct {
 	// Kata attaches it as an NVDIMM (/dev/pmem0p1, mounted with dax). Image mode only; default false
 	// (virtio-blk, /dev/vda1).
 	Nvdimm bool `json:"nvdimm"`
+	// EnableAnnotations are the hypervisor annotations pods may set (names after
+	// io.katacontainers.config.hypervisor.): the drop-ins' enable_annotations and the containerd
+	// handlers' pod_annotations. Default kata.DefaultEnableAnnotations; [] lets pods change nothing.
+	EnableAnnotations []string `json:"enable_annotations"`
 }
 
 // Kata boot modes.

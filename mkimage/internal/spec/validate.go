@@ -105,6 +105,7 @@ func (d *decoder) validateKata(k *Kata, r *Rootfs) {
 			k.RootfsType, r.Filesystem, r.Filesystem)
 	}
 	d.checkParams("kata.kernel_params", k.KernelParams)
+	d.checkAnnotations("kata.enable_annotations", k.EnableAnnotations)
 	if k.Nvdimm && k.BootMode == BootInitrd {
 		d.errorf("kata.nvdimm", "NVDIMM needs image mode",
 			"kata.nvdimm attaches the root disk image as an NVDIMM, but kata.boot_mode is %q, which boots no disk. Set boot_mode = %q or remove nvdimm.",

@@ -1,0 +1,164 @@
+package kata
+
+import (
+	"path"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/BurntSushi/toml"
+	"github.com/google/go-cmp/cmp"
+)
+
+// otherAnnotations are names of Kata's other annotation families and near-misses of allowed
+// names: none may ever reach the shim.
+var otherAnnotations = []string{
+	"io.katacontainers.config.agent.policy",
+	"io.katacontainers.config.agent.kernel_modules",
+	"io.katacontainers.config.runtime.disable_guest_seccomp",
+	"io.katacontainers.config.runtime.experimental",
+	"io.katacontainers.container.resource.swappiness",
+	"io.katacontainers.pkg.oci.container_type",
+	"io.katacontainers.config.hypervisor.default_vcpus_extra",
+	"io.katacontainers.config.hypervisor.xdefault_memory",
+	"io.katacontainers.config.hypervisorXdefault_memory",
+}
+
+// allAnnotations is every hypervisor annotation Kata knows, by full name, then otherAnnotations.
+func allAnnotations() []string {
+	var names []string
+	for _, a := range hypervisorAnnotations {
+		names = append(names, HypervisorAnnotationPrefix+a.name)
+	}
+	return append(names, otherAnnotations...)
+}
+
+var annotationLists = map[string][]string{
+	"default": DefaultEnableAnnotations,
+	"none":    nil,
+	"tuning":  {"enable_hugepages", "memory_slots", "blk_logical_sector_size"},
+}
+
+// TestEnableAnnotationsInBothDropIns checks enable_annotations in the Go runtime's and
+// runtime-rs's drop-ins the way both runtimes use it: a pod's hypervisor annotation is applied when
+// any pattern matches its suffix, unanchored (Go regexp.MatchString, Rust RegexSet::is_match).
+// Exactly the listed names may pass; no near-miss, and none of kernel_params and the others.
+func TestEnableAnnotationsInBothDropIns(t *testing.T) {
+	for name, list := range annotationLists {
+		a := cases["image"]
+		a.EnableAnnotations = list
+		files, err := Render(a)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, f := range files {
+			var c config
+			if _, err := toml.Decode(string(f.Data), &c); err != nil {
+				t.Fatalf("%s %s: %v", name, f.Name, err)
+			}
+			patterns := c.Hypervisor["qemu"].EnableAnnotations
+			if patterns == nil {
+				t.Fatalf("%s %s: enable_annotations is not set, so the base configuration's list (Kata's allows kernel_params) would apply", name, f.Name)
+			}
+			var applied []string
+			for _, full := range allAnnotations() {
+				suffix, ok := strings.CutPrefix(full, HypervisorAnnotationPrefix)
+				if ok && slices.ContainsFunc(patterns, func(p string) bool { return regexp.MustCompile(p).MatchString(suffix) }) {
+					applied = append(applied, suffix)
+				}
+			}
+			if diff := cmp.Diff(sorted(list), sorted(applied)); diff != "" {
+				t.Errorf("%s %s: annotations Kata would apply with enable_annotations = %q (-want +got):\n%s", name, f.Name, patterns, diff)
+			}
+		}
+	}
+}
+
+// TestPodAnnotationsInBothSnippets checks pod_annotations in the containerd 2.x and 1.7 snippets
+// the way containerd uses it (internal/cri/util GetPassthroughAnnotations, 1.7 pkg/cri/server
+// helpers.go: path.Match of each entry against each pod annotation): exactly the enabled hypervisor
+// annotations pass, never the runtime or agent families the Go runtime applies unchecked.
+func TestPodAnnotationsInBothSnippets(t *testing.T) {
+	for name, list := range annotationLists {
+		d := deployment
+		d.Assets.EnableAnnotations = list
+		files, err := RenderDeployment(d)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var want []string
+		for _, n := range list {
+			want = append(want, HypervisorAnnotationPrefix+n)
+		}
+		for _, snippet := range []string{ContainerdV3, ContainerdV2} {
+			var cfg struct {
+				Plugins map[string]struct {
+					Containerd struct {
+						Runtimes map[string]struct {
+							PodAnnotations []string `toml:"pod_annotations"`
+						} `toml:"runtimes"`
+					} `toml:"containerd"`
+				} `toml:"plugins"`
+			}
+			if _, err := toml.Decode(string(file(t, files, snippet)), &cfg); err != nil {
+				t.Fatal(err)
+			}
+			for _, p := range cfg.Plugins {
+				for handler, r := range p.Containerd.Runtimes {
+					if r.PodAnnotations == nil {
+						t.Fatalf("%s %s %s: pod_annotations unset", name, snippet, handler)
+					}
+					var passed []string
+					for _, full := range allAnnotations() {
+						if slices.ContainsFunc(r.PodAnnotations, func(p string) bool { ok, _ := path.Match(p, full); return ok }) {
+							passed = append(passed, full)
+						}
+					}
+					if diff := cmp.Diff(sorted(want), sorted(passed)); diff != "" {
+						t.Errorf("%s %s %s: annotations containerd passes with %q (-want +got):\n%s", name, snippet, handler, r.PodAnnotations, diff)
+					}
+				}
+			}
+		}
+	}
+}
+
+func sorted(s []string) []string {
+	s = slices.Clone(s)
+	slices.Sort(s)
+	return s
+}
+
+// TestRenderRefusesDangerousAnnotations: one case per class that must never be enabled, each
+// refused naming the field.
+func TestRenderRefusesDangerousAnnotations(t *testing.T) {
+	for _, n := range []string{"kernel_params", "kernel_verity_params", "kernel", "image", "initrd", "firmware",
+		"jailer_path", "path", "entropy_source", "virtio_fs_daemon", "virtio_fs_extra_args", "machine_type",
+		"cc_init_data", "kernel_.*", "io.katacontainers.config.agent.policy", "no_such_key"} {
+		a := cases["image"]
+		a.EnableAnnotations = []string{"default_memory", n}
+		if _, err := Render(a); err == nil || !strings.Contains(err.Error(), "EnableAnnotations[1]: annotation not allowed: \""+n+"\"") {
+			t.Errorf("EnableAnnotations %q: Render = %v; want it refused, naming EnableAnnotations[1]", a.EnableAnnotations, err)
+		}
+	}
+}
+
+// TestKernelVerityParamsPinned decodes each drop-in over a base configuration that carries its own
+// verity parameters (as Kata's confidential templates do): with verity off the result is "".
+func TestKernelVerityParamsPinned(t *testing.T) {
+	if shipped.KernelVerityParams == "" {
+		t.Fatal("BUG: the base configuration must carry kernel_verity_params for this test to mean anything")
+	}
+	for name, want := range map[string]string{"image": "", "image-nvdimm-default-memory": "", "initrd": "", "image-verity": testVerity} {
+		files, err := Render(cases[name])
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, f := range files {
+			if got, _ := decode(t, shipped, f.Data); got.KernelVerityParams != want {
+				t.Errorf("%s %s: kernel_verity_params after the drop-in is %q; want %q", name, f.Name, got.KernelVerityParams, want)
+			}
+		}
+	}
+}
