@@ -1,10 +1,17 @@
 package kata
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
+	"os"
 	"path"
+	"path/filepath"
 	"regexp"
+	"strings"
+	"unicode"
 )
 
 // Files RenderDeployment adds beside the drop-ins, relative to the output's kata/ directory.
@@ -29,11 +36,16 @@ const (
 // Deployment is everything a platform team needs to run one image under Kata: the drop-ins, the
 // containerd runtime handlers, the Kubernetes RuntimeClasses and the install script.
 type Deployment struct {
-	// Name is the image name: the artifacts install into InstallDir(Name), the runtime-rs handler
+	// Name is the image name: the artifacts install below InstallDir(Name), the runtime-rs handler
 	// and RuntimeClass are called Name and the Go runtime's Name+"-go".
 	Name string
-	// Assets are the drop-ins' settings; Kernel and Image or Initrd must lie in InstallDir(Name),
-	// named as in the build output (bzImage, rootfs.img, initramfs.cpio.gz).
+	// Release names this build's artifacts (ReleaseOf computes it from their contents): install.sh
+	// puts them in InstallDir(Name)/Release, beside the previous release, which it removes only
+	// once the drop-ins name the new one.
+	Release string
+	// Assets are the drop-ins' settings; Kernel and Image or Initrd must lie in
+	// InstallDir(Name)/Release, named as in the build output (bzImage, rootfs.img,
+	// initramfs.cpio.gz).
 	Assets Assets
 	// ConfigDir is the Kata configuration directory the handlers' ConfigPath points into; "" is
 	// /etc/kata-containers/<Name>. install.sh takes the directory as its argument.
@@ -43,6 +55,28 @@ type Deployment struct {
 // InstallDir is where the artifacts of image name are installed on a Kata host.
 func InstallDir(name string) string { return installRoot + "/" + name }
 
+func (d Deployment) releaseDir() string { return InstallDir(d.Name) + "/" + d.Release }
+
+// ReleaseOf names a release by its artifacts' contents: the first 16 hex digits of the sha256 over
+// each file's base name and sha256, in the order given.
+func ReleaseOf(files ...string) (string, error) {
+	h := sha256.New()
+	for _, p := range files {
+		f, err := os.Open(p)
+		if err != nil {
+			return "", err
+		}
+		sum := sha256.New()
+		_, err = io.Copy(sum, f)
+		f.Close()
+		if err != nil {
+			return "", fmt.Errorf("%s: %w", p, err)
+		}
+		fmt.Fprintf(h, "%s %x\n", filepath.Base(p), sum.Sum(nil))
+	}
+	return hex.EncodeToString(h.Sum(nil))[:16], nil
+}
+
 func (d Deployment) configDir() string {
 	if d.ConfigDir == "" {
 		return kataConfigPrefix + "/" + d.Name
@@ -50,7 +84,10 @@ func (d Deployment) configDir() string {
 	return d.ConfigDir
 }
 
-var validName = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,52}[a-z0-9])?$`)
+var (
+	validName    = regexp.MustCompile(`^[a-z0-9]([a-z0-9-]{0,52}[a-z0-9])?$`)
+	validRelease = regexp.MustCompile(`^[a-z0-9][a-z0-9.-]{0,63}$`)
+)
 
 // validate checks what RenderDeployment needs beyond Assets.Validate.
 func (d Deployment) validate() error {
@@ -58,10 +95,15 @@ func (d Deployment) validate() error {
 	if !validName.MatchString(d.Name) {
 		errs = append(errs, fmt.Errorf("Name %q: use lowercase letters, digits and '-' (a Kubernetes RuntimeClass name, at most 54 characters so %q fits)", d.Name, d.Name+"-go"))
 	}
+	if !validRelease.MatchString(d.Release) {
+		errs = append(errs, fmt.Errorf("Release %q: use 1 to 64 lowercase letters, digits, '.' and '-', e.g. kata.ReleaseOf(kernel, image)", d.Release))
+	}
 	if err := checkPath("ConfigDir", d.ConfigDir); err != nil {
 		errs = append(errs, err)
+	} else if strings.ContainsFunc(d.ConfigDir, unicode.IsSpace) {
+		errs = append(errs, fmt.Errorf("ConfigDir %q contains white space: install.sh refuses it; choose a directory without", d.ConfigDir))
 	}
-	dir := InstallDir(d.Name)
+	dir := d.releaseDir()
 	for _, f := range []struct{ field, p string }{{"Kernel", d.Assets.Kernel}, {"Image", d.Assets.Image}, {"Initrd", d.Assets.Initrd}} {
 		if f.p != "" && path.Dir(f.p) != dir {
 			errs = append(errs, fmt.Errorf("Assets.%s %q is not in %s: install.sh installs there; set it to %s", f.field, f.p, dir, path.Join(dir, path.Base(f.p))))

@@ -13,6 +13,7 @@ import (
 	"testing"
 
 	"github.com/BurntSushi/toml"
+	"github.com/allox-os/allox/deploy/kata"
 	"github.com/allox-os/allox/internal/artifact"
 	"github.com/allox-os/allox/internal/manifest"
 	"github.com/allox-os/allox/kernel"
@@ -181,8 +182,13 @@ func checkKata(t *testing.T, out string) {
 			t.Fatalf("%s: %v", name, err)
 		}
 		q := cfg.Hypervisor["qemu"]
-		if q["kernel"] != "/opt/allox/allox/bzImage" || q["image"] != "/opt/allox/allox/rootfs.img" || q["initrd"] != "" {
-			t.Errorf("%s: unexpected assets: %v", name, q)
+		release, err := kata.ReleaseOf(filepath.Join(out, artifact.Kernel), filepath.Join(out, artifact.Rootfs))
+		if err != nil {
+			t.Fatal(err)
+		}
+		dir := "/opt/allox/allox/" + release
+		if q["kernel"] != dir+"/bzImage" || q["image"] != dir+"/rootfs.img" || q["initrd"] != "" {
+			t.Errorf("%s: unexpected assets (want them in the release directory %s): %v", name, dir, q)
 		}
 		if !strings.Contains(q["kernel_params"].(string), "cgroup_no_v1=all") {
 			t.Errorf("%s: kernel_params %v", name, q["kernel_params"])

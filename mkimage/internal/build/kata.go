@@ -14,30 +14,46 @@ import (
 	"github.com/allox-os/allox/mkimage/internal/spec"
 )
 
-// InstallDir is where a platform team installs the artifacts on a Kata host; the drop-ins name it.
+// InstallDir is where a platform team installs the artifacts on a Kata host, one directory per
+// release below it; the drop-ins name the release's.
 func InstallDir(img *spec.Image) string { return "/opt/allox/" + img.Name }
 
 func writeKata(ctx context.Context, s *state) error {
 	img := s.opt.Spec
-	dir := InstallDir(img)
-	a := kata.Assets{Kernel: filepath.Join(dir, artifact.Kernel), RootfsType: img.Kata.RootfsType,
-		KernelParams: img.Kata.KernelParams, EnableAnnotations: img.Kata.EnableAnnotations}
+	a := kata.Assets{RootfsType: img.Kata.RootfsType, KernelParams: img.Kata.KernelParams,
+		EnableAnnotations: img.Kata.EnableAnnotations}
+	artifacts := []string{artifact.Kernel, artifact.Rootfs}
+	if img.Kata.BootMode == spec.BootInitrd {
+		artifacts[1] = artifact.Initramfs
+	}
+	// The artifacts install into a directory of their own per release, named by their contents, so
+	// that install.sh can put a new release beside the one the installed drop-ins name.
+	var paths []string
+	for _, name := range artifacts {
+		paths = append(paths, filepath.Join(s.out, name))
+	}
+	release, err := kata.ReleaseOf(paths...)
+	if err != nil {
+		return err
+	}
+	dir := InstallDir(img) + "/" + release
+	a.Kernel = dir + "/" + artifact.Kernel
 	if img.Kata.BootMode == spec.BootInitrd {
 		st, err := os.Stat(filepath.Join(s.out, artifact.Initramfs))
 		if err != nil {
 			return err
 		}
-		a.Initrd, a.InitrdBytes, a.RootfsType = filepath.Join(dir, artifact.Initramfs), st.Size(), ""
+		a.Initrd, a.InitrdBytes, a.RootfsType = dir+"/"+artifact.Initramfs, st.Size(), ""
 		a.DefaultMemoryMiB = s.memoryMiB()
 	} else {
-		a.Image = filepath.Join(dir, artifact.Rootfs)
+		a.Image = dir + "/" + artifact.Rootfs
 		a.KernelVerityParams = s.kernelVerityParams()
 		// Without the NVDIMM DAX header (kata.nvdimm) the image must be attached as virtio-blk
 		// (/dev/vda1): as an NVDIMM the guest would panic, "DAX unsupported by block device".
 		a.DisableImageNvdimm = !img.Kata.Nvdimm
 	}
 	// The drop-ins, the containerd handlers, the RuntimeClasses and install.sh.
-	files, err := kata.RenderDeployment(kata.Deployment{Name: img.Name, Assets: a})
+	files, err := kata.RenderDeployment(kata.Deployment{Name: img.Name, Release: release, Assets: a})
 	if err != nil {
 		return err
 	}
