@@ -7,8 +7,9 @@ import (
 	"strconv"
 )
 
-// Boot is what decides the kernel command line Kata's Go runtime (virtcontainers, QEMU on x86_64,
-// machine type q35) passes to the guest. Zero values are Kata's shipped configuration-qemu.toml.
+// Boot is what decides the kernel command line Kata's runtimes (Kata KataVersion, QEMU on x86_64,
+// machine type q35) pass to the guest. Zero values are Kata's shipped configuration-qemu.toml
+// (Go runtime) and configuration-qemu-runtime-rs.toml (runtime-rs).
 type Boot struct {
 	// Image selects image mode (the image attached as a disk, root= on the command line); false is
 	// initrd mode, where the kernel runs /init from the initrd and Kata adds no root= or systemd.*.
@@ -26,8 +27,10 @@ type Boot struct {
 	// GuestSELinux is disable_guest_selinux = false: selinux=1 instead of the shipped selinux=0.
 	GuestSELinux bool
 	// Debug is [hypervisor.qemu] enable_debug: "debug" instead of "quiet" (and systemd's debug
-	// parameters in image mode).
+	// parameters in image mode); runtime-rs adds agent.log_vport=1025 instead.
 	Debug bool
+	// IOMMU is [hypervisor.qemu] enable_iommu (or its pod annotation): intel_iommu=on iommu=pt.
+	IOMMU bool
 	// BlockDeviceDriver is block_device_driver: "virtio-scsi" (default, as shipped on x86_64) adds
 	// scsi_mod.scan=none; "virtio-blk" adds nothing.
 	BlockDeviceDriver string
@@ -44,7 +47,18 @@ type Agent struct {
 	Trace             bool   // enable_tracing: agent.trace=true
 	ContainerPipeSize uint32 // container_pipe_size: agent.container_pipe_size=N when > 0
 	DebugConsole      bool   // debug_console_enabled: agent.debug_console agent.debug_console_vport=1026
+	// CDHAPITimeout is cdh_api_timeout in seconds (runtime-rs: cdh_api_timeout_ms / 1000): 0 is
+	// both runtimes' shipped 50, NoCDHAPITimeout a configured 0, which drops the parameter.
+	CDHAPITimeout        int
+	LaunchProcessTimeout uint32 // launch_process_timeout: agent.launch_process_timeout=N when > 0
+	VisibleCDIDevices    bool   // visible_cdi_devices: agent.visible_cdi_devices=true
 }
+
+// Kata's shipped agent settings that reach the command line.
+const (
+	DefaultCDHAPITimeout = 50 // [agent.kata] cdh_api_timeout; runtime-rs default_cdh_api_timeout_ms
+	NoCDHAPITimeout      = -1 // Agent.CDHAPITimeout for cdh_api_timeout = 0
+)
 
 // Root devices Kata boots an image from on x86_64 (virtcontainers: VirtioBlk and Nvdimm).
 const (
@@ -53,6 +67,7 @@ const (
 	hashVirtioBlk    = "/dev/vda2"
 	hashNvdimm       = "/dev/pmem0p2"
 	debugConsolePort = "1026"
+	logVsockPort     = "1025" // runtime-rs agent.log_vport with enable_debug
 )
 
 // fixedParams are qemu_amd64.go's kernelParams, in order.
@@ -72,30 +87,35 @@ var systemdParams = []string{
 // ErrBoot is wrapped by every error of KernelParams.
 var ErrBoot = errors.New("invalid kata boot")
 
-// KernelParams returns the kernel command line Kata's Go runtime passes to QEMU for b, one kernel
-// parameter per element, in Kata's order; strings.Join(params, " ") is QEMU's -append. The order
-// (virtcontainers qemu.go kernelParameters, katautils SetKernelParams):
+// KernelParams returns the kernel command line Kata KataVersion's Go runtime passes to QEMU for b,
+// one kernel parameter per element, in Kata's order; strings.Join(params, " ") is QEMU's -append.
+// The order (virtcontainers qemu.go kernelParameters, katautils config.go SetKernelParams):
 //
-//  1. qemu_amd64.go's fixed parameters (tsc=reliable ... pci=lastbus=0);
-//  2. image mode: the root parameters (GetKernelRootParams);
-//  3. console=hvc0 console=hvc1 (appendConsole, virtio-serial console);
+//  1. qemu_amd64.go's fixed kernelParams (tsc=reliable ... pci=lastbus=0), intel_iommu=on iommu=pt
+//     with enable_iommu (newQemuArch);
+//  2. image mode: the root parameters (handleImagePath, GetKernelRootParams);
+//  3. console=hvc0 console=hvc1 (qemu_arch_base.go appendConsole, virtio-serial console);
 //  4. quiet, or debug; image mode adds systemd.show_status=false (debug: =true systemd.log_level=debug);
-//  5. panic=1, nr_cpus=MaxVCPUs, selinux=0 (or 1);
+//  5. panic=1 (defaultKernelParameters), nr_cpus=MaxVCPUs, selinux=0 (or 1);
 //  6. the hypervisor's KernelParams list: image mode's systemd.unit/systemd.mask, scsi_mod.scan=none
-//     for virtio-scsi, the agent.* options, then the configuration's kernel_params.
+//     for virtio-scsi, the agent.* options (kata_agent.go KataAgentKernelParams: agent.log,
+//     agent.trace, agent.container_pipe_size, agent.debug_console(_vport), agent.cdh_api_timeout=50
+//     as shipped, agent.launch_process_timeout, agent.visible_cdi_devices), then the
+//     configuration's kernel_params.
 func KernelParams(b Boot) ([]string, error) {
-	if b.MaxVCPUs < 1 {
-		return nil, fmt.Errorf("%w: MaxVCPUs is %d: set default_maxvcpus as the runtime resolves it (0 in the file means the host's CPU count)", ErrBoot, b.MaxVCPUs)
+	if err := b.check(); err != nil {
+		return nil, err
 	}
 	p := slices.Clone(fixedParams)
+	if b.IOMMU {
+		p = append(p, iommuParams...)
+	}
 	if b.Image {
 		root, err := rootParams(b)
 		if err != nil {
 			return nil, err
 		}
 		p = append(p, root...)
-	} else if b.DisableImageNvdimm || b.RootfsType != "" || b.KernelVerityParams != "" {
-		return nil, fmt.Errorf("%w: DisableImageNvdimm, RootfsType and KernelVerityParams apply to image mode only: set Image or leave them zero", ErrBoot)
 	}
 	p = append(p, "console=hvc0", "console=hvc1")
 	p = append(p, verbosity(b)...)
@@ -103,15 +123,29 @@ func KernelParams(b Boot) ([]string, error) {
 	if b.Image {
 		p = append(p, systemdParams...)
 	}
-	switch b.BlockDeviceDriver {
-	case "", "virtio-scsi":
+	if b.BlockDeviceDriver != "virtio-blk" {
 		p = append(p, "scsi_mod.scan=none")
-	case "virtio-blk":
-	default:
-		return nil, fmt.Errorf("%w: BlockDeviceDriver %q: use \"virtio-scsi\" (Kata's x86_64 default) or \"virtio-blk\"", ErrBoot, b.BlockDeviceDriver)
 	}
 	p = append(p, b.Agent.params()...)
 	return append(p, b.KernelParams...), nil
+}
+
+// iommuParams are what enable_iommu adds on x86_64, in both runtimes.
+var iommuParams = []string{"intel_iommu=on", "iommu=pt"}
+
+// check refuses what neither runtime would boot.
+func (b Boot) check() error {
+	switch {
+	case b.MaxVCPUs < 1:
+		return fmt.Errorf("%w: MaxVCPUs is %d: set default_maxvcpus as the runtime resolves it (0 in the file means the host's CPU count)", ErrBoot, b.MaxVCPUs)
+	case !b.Image && (b.DisableImageNvdimm || b.RootfsType != "" || b.KernelVerityParams != ""):
+		return fmt.Errorf("%w: DisableImageNvdimm, RootfsType and KernelVerityParams apply to image mode only: set Image or leave them zero", ErrBoot)
+	case b.BlockDeviceDriver != "" && b.BlockDeviceDriver != "virtio-scsi" && b.BlockDeviceDriver != "virtio-blk":
+		return fmt.Errorf("%w: BlockDeviceDriver %q: use \"virtio-scsi\" (Kata's x86_64 default) or \"virtio-blk\"", ErrBoot, b.BlockDeviceDriver)
+	case b.Agent.CDHAPITimeout < NoCDHAPITimeout:
+		return fmt.Errorf("%w: Agent.CDHAPITimeout is %d: give seconds, 0 for Kata's %d, or NoCDHAPITimeout", ErrBoot, b.Agent.CDHAPITimeout, DefaultCDHAPITimeout)
+	}
+	return nil
 }
 
 // verbosity is kernelParamsNonDebug or kernelParamsDebug, with the systemd ones in image mode.
@@ -134,7 +168,7 @@ func selinux(on bool) string {
 	return "selinux=0"
 }
 
-// params is kata_agent.go's KataAgentKernelParams for the settings Agent holds.
+// params is kata_agent.go's KataAgentKernelParams for the settings Agent holds, in its order.
 func (a Agent) params() []string {
 	var p []string
 	if a.Debug {
@@ -149,7 +183,26 @@ func (a Agent) params() []string {
 	if a.DebugConsole {
 		p = append(p, "agent.debug_console", "agent.debug_console_vport="+debugConsolePort)
 	}
+	if t := a.cdhAPITimeout(); t > 0 {
+		p = append(p, "agent.cdh_api_timeout="+strconv.Itoa(t))
+	}
+	if a.LaunchProcessTimeout > 0 {
+		p = append(p, "agent.launch_process_timeout="+strconv.FormatUint(uint64(a.LaunchProcessTimeout), 10))
+	}
+	if a.VisibleCDIDevices {
+		p = append(p, "agent.visible_cdi_devices=true")
+	}
 	return p
+}
+
+func (a Agent) cdhAPITimeout() int {
+	switch a.CDHAPITimeout {
+	case 0:
+		return DefaultCDHAPITimeout
+	case NoCDHAPITimeout:
+		return 0
+	}
+	return a.CDHAPITimeout
 }
 
 // rootParams is GetKernelRootParams on x86_64 (dax on whenever NVDIMM is), split into kernel
