@@ -162,3 +162,65 @@ func TestKernelVerityParamsPinned(t *testing.T) {
 		}
 	}
 }
+
+// goHypervisorKeys are the TOML keys of Kata 4.1.0's Go runtime [hypervisor.*] table
+// (src/runtime/pkg/katautils/config.go, type hypervisor). A drop-in key outside it is fatal:
+// updateFromDropIn's applyKey fails with `key "..." not found`.
+var goHypervisorKeys = strings.Fields(`path jailer_path kernel initrd image rootfs_type firmware firmware_volume
+	machine_accelerators cpu_features kernel_params kernel_verity_params machine_type
+	tdx_quote_generation_service_socket_port block_device_driver entropy_source shared_fs
+	virtio_fs_daemon virtio_fs_cache vhost_user_store_path guest_hook_path guest_memory_dump_path
+	seccompsandbox block_device_aio remote_hypervisor_socket snp_id_block snp_id_auth
+	snp_guest_policy measurement_algo valid_hypervisor_paths valid_jailer_paths
+	valid_virtio_fs_daemon_paths virtio_fs_extra_args pflashes valid_vhost_user_store_paths
+	valid_entropy_sources enable_annotations rx_rate_limiter_max_rate tx_rate_limiter_max_rate
+	memory_offset default_maxmemory disk_rate_limiter_bw_max_rate disk_rate_limiter_bw_one_time_burst
+	disk_rate_limiter_ops_max_rate disk_rate_limiter_ops_one_time_burst net_rate_limiter_bw_max_rate
+	net_rate_limiter_bw_one_time_burst net_rate_limiter_ops_max_rate net_rate_limiter_ops_one_time_burst
+	hypervisor_loglevel virtio_fs_cache_size virtio_fs_queue_size default_maxvcpus default_memory
+	memory_slots default_bridges msize_9p remote_hypervisor_timeout default_vcpus block_device_cache_set
+	block_device_cache_direct block_device_cache_noflush block_device_logical_sector_size
+	block_device_physical_sector_size enable_vhost_user_store vhost_user_reconnect_timeout_sec
+	disable_block_device_use enable_mem_prealloc reclaim_guest_freed_memory enable_hugepages
+	enable_virtio_mem enable_iommu enable_iommu_platform enable_numa numa_mapping enable_debug
+	disable_nesting_checks enable_iothreads indep_iothreads disable_image_nvdimm hot_plug_vfio
+	cold_plug_vfio pcie_root_port pcie_switch_port disable_vhost_net guest_memory_dump_paging
+	confidential_guest sev_snp_guest enable_guest_swap rootless disable_seccomp disable_selinux
+	disable_guest_selinux use_legacy_serial extra_monitor_socket guest_extension_images`)
+
+// rsHypervisorKeys are the runtime-rs [hypervisor.*] keys the drop-ins may write, each a field of
+// Kata 4.1.0's kata-types Hypervisor or a struct it flattens (config/hypervisor/mod.rs: BootInfo
+// kernel ... vm_rootfs_driver, BlockDeviceInfo disable_image_nvdimm, MemoryInfo default_memory,
+// SecurityInfo enable_annotations). runtime-rs ignores any other key silently, so a misspelt key
+// would simply not apply: enable_annotations misspelt would leave Kata's, which allows
+// kernel_params.
+var rsHypervisorKeys = strings.Fields(`kernel image initrd rootfs_type kernel_params kernel_verity_params
+	vm_rootfs_driver disable_image_nvdimm default_memory enable_annotations`)
+
+// TestDropInKeysKnownToTheirRuntime: every key of each drop-in is one its runtime reads, because
+// the Go runtime refuses to start on any other and runtime-rs drops it without a word.
+func TestDropInKeysKnownToTheirRuntime(t *testing.T) {
+	for name, a := range cases {
+		files, err := Render(a)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, f := range files {
+			known := map[string][]string{GoRuntimeDropIn: goHypervisorKeys, RuntimeRsDropIn: rsHypervisorKeys}[f.Name]
+			md, err := toml.Decode(string(f.Data), &struct{}{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, k := range md.Keys() {
+				if len(k) == 3 && (k[0] != "hypervisor" || k[1] != "qemu" || !slices.Contains(known, k[2])) {
+					t.Errorf("%s %s: key %s is not one that runtime reads", name, f.Name, k)
+				} else if len(k) > 3 || (len(k) < 3 && k[0] != "hypervisor") {
+					t.Errorf("%s %s: key %s outside [hypervisor.qemu]", name, f.Name, k)
+				}
+			}
+		}
+	}
+	if slices.Contains(goHypervisorKeys, "vm_rootfs_driver") {
+		t.Error("BUG: vm_rootfs_driver is runtime-rs's only: in the Go runtime's drop-in it would be fatal")
+	}
+}
