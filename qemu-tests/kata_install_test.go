@@ -15,7 +15,8 @@ import (
 
 // TestKataInstall runs the built kata/install.sh into a staging DESTDIR, as a platform team would
 // on a Kata host, and checks that the installed Go drop-in names installed files byte-identical to
-// the build output. A directory of placeholder files stands in for Kata's shipped configurations.
+// the build output, that the drop-ins are 0640, and that --uninstall leaves DESTDIR as it was. A
+// directory of placeholder files stands in for Kata's shipped configurations.
 func TestKataInstall(t *testing.T) {
 	a := needAppliance(t, imageMode)
 	script := a.path(filepath.Join(artifact.KataDir, kata.InstallSh))
@@ -32,13 +33,16 @@ func TestKataInstall(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	cmd := exec.Command("sh", script, conf)
-	cmd.Env = append(os.Environ(), "DESTDIR="+dest, "KATA_DEFAULTS="+defaults)
-	out, err := cmd.CombinedOutput()
-	t.Logf("install.sh:\n%s", out)
-	if err != nil {
-		t.Fatalf("install.sh: %v", err)
+	run := func(args ...string) {
+		cmd := exec.Command("sh", append([]string{script}, args...)...)
+		cmd.Env = append(os.Environ(), "DESTDIR="+dest, "KATA_DEFAULTS="+defaults)
+		out, err := cmd.CombinedOutput()
+		t.Logf("install.sh %s:\n%s", args, out)
+		if err != nil {
+			t.Fatalf("install.sh %s: %v", args, err)
+		}
 	}
+	run(conf)
 	d := readDropInFile(t, filepath.Join(dest, conf, filepath.FromSlash(kata.GoRuntimeDropIn)))
 	for _, p := range []string{d.Kernel, d.Image, d.Initrd} {
 		if p == "" {
@@ -49,8 +53,16 @@ func TestKataInstall(t *testing.T) {
 			t.Errorf("installed %s has sha256 %s; the build output's is %s", p, got, want)
 		}
 	}
-	if _, err := os.Stat(filepath.Join(dest, conf, filepath.FromSlash(kata.RuntimeRsDropIn))); err != nil {
-		t.Errorf("runtime-rs drop-in not installed: %v", err)
+	for _, f := range []string{kata.GoRuntimeDropIn, kata.RuntimeRsDropIn} {
+		if st, err := os.Stat(filepath.Join(dest, conf, filepath.FromSlash(f))); err != nil {
+			t.Errorf("drop-in not installed: %v", err)
+		} else if st.Mode() != 0o640 {
+			t.Errorf("%s installed with mode %v; want 0640", f, st.Mode())
+		}
+	}
+	run("--uninstall", conf)
+	if entries, err := os.ReadDir(dest); err != nil || len(entries) > 0 {
+		t.Errorf("uninstall left %v in DESTDIR (%v); want it as empty as before", entries, err)
 	}
 }
 
