@@ -29,7 +29,7 @@ const (
 	refuseCmdline = "it rewrites the guest kernel command line (root=, dm-verity), walking around the image's integrity"
 	refuseAsset   = "it swaps a boot asset (kernel, image, initrd, firmware) or its hash for one the pod names"
 	refusePath    = "its value is a host path: the pod would choose which host file the runtime opens or executes"
-	refuseHost    = "it changes how the host runs the VM (hypervisor arguments, host devices, rootless mode)"
+	refuseHost    = "it changes how the host runs the VM (hypervisor arguments, host devices and NUMA nodes, rootless mode)"
 	refuseMachine = "it changes the machine or the root device the image and the drop-ins are built for"
 	refuseGuest   = "it replaces data the guest trusts (confidential initdata: policy and attestation settings)"
 )
@@ -54,6 +54,7 @@ var hypervisorAnnotations = []struct{ name, refuse string }{
 	{"hypervisor_hash", refuseAsset},
 	{"jailer_hash", refuseAsset},
 	{"path_hash", refuseAsset},
+	{"asset_hash_type", refuseAsset},
 	{"path", refusePath},
 	{"jailer_path", refusePath},
 	{"virtio_fs_daemon", refusePath},
@@ -67,6 +68,7 @@ var hypervisorAnnotations = []struct{ name, refuse string }{
 	{"rootless", refuseHost},
 	{"hot_plug_vfio", refuseHost},
 	{"cold_plug_vfio", refuseHost},
+	{"numa_mapping", refuseHost},
 	{"machine_type", refuseMachine},
 	{"machine_accelerators", refuseMachine},
 	{"cpu_features", refuseMachine},
@@ -88,7 +90,6 @@ var hypervisorAnnotations = []struct{ name, refuse string }{
 	{"enable_guest_swap", ""},
 	{"enable_iommu", ""},
 	{"enable_iommu_platform", ""},
-	{"numa_mapping", ""},
 	{"msize_9p", ""},
 	{"virtio_fs_cache", ""},
 	{"virtio_fs_cache_size", ""},

@@ -35,7 +35,7 @@ func TestEnableAnnotationsRefused(t *testing.T) {
 			`37:111: Annotation not allowed: "guest_hook_path" can never be enabled: its value is a host path: the pod would choose which host file the runtime opens or executes. Remove it from enable_annotations.`,
 		}},
 		{"host-side arguments", `["virtio_fs_extra_args"]`,
-			[]string{`37:25: Annotation not allowed: "virtio_fs_extra_args" can never be enabled: it changes how the host runs the VM (hypervisor arguments, host devices, rootless mode). Remove it from enable_annotations.`}},
+			[]string{`37:25: Annotation not allowed: "virtio_fs_extra_args" can never be enabled: it changes how the host runs the VM (hypervisor arguments, host devices and NUMA nodes, rootless mode). Remove it from enable_annotations.`}},
 		{"machine and root device", `["machine_type", "disable_image_nvdimm", "block_device_driver"]`, []string{
 			`37:25: Annotation not allowed: "machine_type" can never be enabled: it changes the machine or the root device the image and the drop-ins are built for. Remove it from enable_annotations.`,
 			`37:41: Annotation not allowed: "disable_image_nvdimm" can never be enabled: it changes the machine or the root device the image and the drop-ins are built for. Remove it from enable_annotations.`,
@@ -50,7 +50,7 @@ func TestEnableAnnotationsRefused(t *testing.T) {
 		{"the full name", `["io.katacontainers.config.hypervisor.default_memory"]`,
 			[]string{`37:25: Annotation not allowed: "io.katacontainers.config.hypervisor.default_memory": give the name without "io.katacontainers.config.hypervisor.", i.e. "default_memory". Remove it from enable_annotations.`}},
 		{"a typo", `["default_vcpu"]`, []string{`37:25: Annotation not allowed: "default_vcpu" is not one of Kata 4.1.0's hypervisor annotations; those a pod may be given: ` +
-			`blk_logical_sector_size, blk_physical_sector_size, block_device_aio, block_device_cache_direct, block_device_cache_noflush, block_device_cache_set, block_device_num_queues, block_device_queue_size, default_gpu_model, default_gpus, default_max_vcpus, default_memory, default_vcpus, disable_block_device_use, enable_guest_swap, enable_hugepages, enable_iommu, enable_iommu_platform, enable_iothreads, enable_mem_prealloc, enable_virtio_mem, hugepage_type, indep_iothreads, memory_offset, memory_slots, msize_9p, network_queues, numa_mapping, pcie_root_port, pcie_switch_port, reclaim_guest_freed_memory, rx_rate_limiter_max_rate, tx_rate_limiter_max_rate, vhost_user_reconnect_timeout_sec, virtio_fs_cache, virtio_fs_cache_size. ` +
+			`blk_logical_sector_size, blk_physical_sector_size, block_device_aio, block_device_cache_direct, block_device_cache_noflush, block_device_cache_set, block_device_num_queues, block_device_queue_size, default_gpu_model, default_gpus, default_max_vcpus, default_memory, default_vcpus, disable_block_device_use, enable_guest_swap, enable_hugepages, enable_iommu, enable_iommu_platform, enable_iothreads, enable_mem_prealloc, enable_virtio_mem, hugepage_type, indep_iothreads, memory_offset, memory_slots, msize_9p, network_queues, pcie_root_port, pcie_switch_port, reclaim_guest_freed_memory, rx_rate_limiter_max_rate, tx_rate_limiter_max_rate, vhost_user_reconnect_timeout_sec, virtio_fs_cache, virtio_fs_cache_size. ` +
 			`Remove it from enable_annotations. Did you mean "default_vcpus"?`}},
 		{"twice", `["default_memory", "default_memory"]`,
 			[]string{`37:43: Annotation listed twice: "default_memory" is already element 0; remove this one.`}},
