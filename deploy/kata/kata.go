@@ -2,8 +2,10 @@
 // at an Allox guest (kernel plus image or initrd, kernel parameters, memory). It renders one file for
 // the Go runtime (read beside configuration-qemu.toml / configuration.toml) and one for runtime-rs
 // (beside runtime-rs/configuration-qemu-runtime-rs.toml). RenderDeployment adds the containerd
-// runtime handlers, the Kubernetes RuntimeClasses and install.sh; KernelParams computes the kernel
-// command line Kata's Go runtime passes to QEMU. The output is a pure function of its input:
+// runtime handlers (passing pods exactly the hypervisor annotations the drop-ins' enable_annotations
+// allows), the Kubernetes RuntimeClasses and install.sh (install, upgrade and uninstall, safe to
+// interrupt); KernelParams and RuntimeRsKernelParams compute the kernel command lines Kata's two
+// runtimes pass to QEMU. It models Kata KataVersion. The output is a pure function of its input:
 // byte-identical across runs.
 package kata
 
