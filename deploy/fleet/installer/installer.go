@@ -1,0 +1,225 @@
+// Package installer is the node side of a fleet rollout, what the allox-deploy DaemonSet pod runs
+// with the host's root mounted at Root: Install verifies the payload against its manifest.json,
+// stages it on the host, runs the payload's own install.sh with the host's shell (chrooted into
+// Root, so it sees the host's paths and tools), adds the containerd runtime handlers and restarts
+// containerd; Cleanup undoes all of it, so the node is as it was. What Install did is recorded in a
+// state file on the host, so Cleanup works from a new pod too.
+package installer
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path"
+	"path/filepath"
+
+	"github.com/allox-os/allox/deploy/fleet/internal/payload"
+	"github.com/allox-os/allox/deploy/kata"
+)
+
+// StateRoot is the host directory below which the installer keeps, per image name, the staged
+// payload (out/, the build output install.sh expects) and state.json.
+const StateRoot = "/var/lib/allox-deploy"
+
+// Options configure one install or cleanup.
+type Options struct {
+	// Root is the host's root directory as the pod sees it (/host); "/" runs on the host itself.
+	Root string
+	// Payload is the verified build output to install (the image's /payload).
+	Payload string
+	// ConfigDir is the host's Kata configuration directory for the image; "" is
+	// /etc/kata-containers/<name>, where the containerd handlers' ConfigPath points.
+	ConfigDir string
+	// KataDefaults, when set, is passed to install.sh as KATA_DEFAULTS (a host path).
+	KataDefaults string
+	// RestartContainerd restarts the host's containerd (systemctl, in Root) after its configuration
+	// changed, as kata-deploy does.
+	RestartContainerd bool
+	// Label marks the node as ready for the image's RuntimeClasses (and unmarks it); nil skips it.
+	Label Labeler
+	// Log receives progress lines and install.sh's output.
+	Log io.Writer
+}
+
+// Labeler sets or removes the node label the RuntimeClasses select on.
+type Labeler interface {
+	Label(ctx context.Context, key string, set bool) error
+}
+
+// NodeLabel is the label Install sets on a node where image name is installed; its RuntimeClasses
+// schedule onto nodes with it (kata-deploy's katacontainers.io/kata-runtime=true).
+func NodeLabel(name string) string { return "allox-os.io/" + name }
+
+// state is what Install did, in StateRoot/<name>/state.json.
+type state struct {
+	Name        string           `json:"name"`
+	ConfigDir   string           `json:"config_dir"`
+	Containerd  *containerdState `json:"containerd,omitempty"`
+	CreatedDirs []string         `json:"created_dirs"`
+	Labeled     bool             `json:"labeled"`
+}
+
+// host maps an absolute host path into Root.
+func (o Options) host(p string) string { return filepath.Join(o.Root, filepath.FromSlash(p)) }
+
+func (o Options) logf(format string, args ...any) { fmt.Fprintf(o.Log, "allox-deploy: "+format+"\n", args...) }
+
+func stateDir(name string) string { return path.Join(StateRoot, name) }
+
+func (o Options) readState(name string) (*state, error) {
+	data, err := os.ReadFile(o.host(path.Join(stateDir(name), "state.json")))
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var s state
+	if err := json.Unmarshal(data, &s); err != nil {
+		return nil, fmt.Errorf("%s: %w (remove it and clean up by hand)", path.Join(stateDir(name), "state.json"), err)
+	}
+	return &s, nil
+}
+
+func (o Options) writeState(s *state) error {
+	data, err := json.MarshalIndent(s, "", "  ")
+	if err != nil {
+		return err
+	}
+	return writeFile(o.host(path.Join(stateDir(s.Name), "state.json")), append(data, '\n'), 0o600)
+}
+
+// verify checks the payload and returns its manifest; nothing is written before it passes.
+func (o Options) verify() (*payload.Manifest, error) {
+	req, err := payload.Required(o.Payload)
+	if err != nil {
+		return nil, fmt.Errorf("payload %s: %w", o.Payload, err)
+	}
+	m, err := payload.Verify(o.Payload, req)
+	if err != nil {
+		return nil, fmt.Errorf("payload %s: %w; nothing was installed", o.Payload, err)
+	}
+	return m, nil
+}
+
+func (o Options) configDir(name string) string {
+	if o.ConfigDir != "" {
+		return o.ConfigDir
+	}
+	return "/etc/kata-containers/" + name
+}
+
+// Install verifies the payload, then installs it on the host. A previous install of the same image
+// is cleaned up first; a failed install is rolled back.
+func Install(ctx context.Context, o Options) error {
+	m, err := o.verify()
+	if err != nil {
+		return err
+	}
+	name := m.Image.Name
+	if err := Cleanup(ctx, o); err != nil {
+		return fmt.Errorf("clean up the previous install: %w", err)
+	}
+	s := &state{Name: name, ConfigDir: o.configDir(name)}
+	if err := o.install(ctx, s); err != nil {
+		if cerr := o.cleanup(ctx, s); cerr != nil {
+			return fmt.Errorf("%w; rolling back also failed: %w", err, cerr)
+		}
+		return fmt.Errorf("%w (rolled back)", err)
+	}
+	o.logf("installed %s %s; Kata configuration in %s", name, m.Image.Version, s.ConfigDir)
+	return nil
+}
+
+func (o Options) install(ctx context.Context, s *state) error {
+	before, err := o.dirs()
+	if err != nil {
+		return err
+	}
+	defer func() { s.CreatedDirs = o.newDirs(before, s.CreatedDirs) }()
+	staged := path.Join(stateDir(s.Name), "out")
+	if err := copyTree(o.Payload, o.host(staged)); err != nil {
+		return fmt.Errorf("stage the payload in %s: %w", staged, err)
+	}
+	s.CreatedDirs = o.newDirs(before, nil)
+	if err := o.writeState(s); err != nil {
+		return err
+	}
+	env := []string{}
+	if o.KataDefaults != "" {
+		env = append(env, "KATA_DEFAULTS="+o.KataDefaults)
+	}
+	if err := o.inHost(ctx, env, "/bin/sh", path.Join(staged, "kata", kata.InstallSh), s.ConfigDir); err != nil {
+		return fmt.Errorf("install.sh: %w", err)
+	}
+	if s.Containerd, err = o.configureContainerd(s.Name, staged); err != nil {
+		return err
+	}
+	s.CreatedDirs = o.newDirs(before, s.CreatedDirs)
+	if err := o.writeState(s); err != nil {
+		return err
+	}
+	if err := o.restartContainerd(ctx); err != nil {
+		return err
+	}
+	if o.Label != nil {
+		if err := o.Label.Label(ctx, NodeLabel(s.Name), true); err != nil {
+			return fmt.Errorf("label the node %s: %w", NodeLabel(s.Name), err)
+		}
+		s.Labeled = true
+	}
+	return o.writeState(s)
+}
+
+// Cleanup removes what Install installed for the payload's image, using the state Install left on
+// the host: the node label, the containerd handlers (then containerd is restarted), the files
+// install.sh installed (install.sh --uninstall), the staged payload and every directory Install
+// created. Without state there is nothing to do.
+func Cleanup(ctx context.Context, o Options) error {
+	m, err := payload.ReadManifest(o.Payload)
+	if err != nil {
+		return err
+	}
+	s, err := o.readState(m.Image.Name)
+	if err != nil || s == nil {
+		return err
+	}
+	if err := o.cleanup(ctx, s); err != nil {
+		return err
+	}
+	o.logf("removed %s", s.Name)
+	return nil
+}
+
+func (o Options) cleanup(ctx context.Context, s *state) error {
+	var errs []error
+	if s.Labeled && o.Label != nil {
+		if err := o.Label.Label(ctx, NodeLabel(s.Name), false); err != nil {
+			errs = append(errs, fmt.Errorf("unlabel the node: %w", err))
+		}
+	}
+	if s.Containerd != nil {
+		if err := o.unconfigureContainerd(s.Containerd); err != nil {
+			errs = append(errs, err)
+		} else if err := o.restartContainerd(ctx); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	staged := path.Join(stateDir(s.Name), "out")
+	script := path.Join(staged, "kata", kata.InstallSh)
+	if _, err := os.Stat(o.host(script)); err == nil {
+		if err := o.inHost(ctx, nil, "/bin/sh", script, "--uninstall", s.ConfigDir); err != nil {
+			errs = append(errs, fmt.Errorf("install.sh --uninstall: %w", err))
+		}
+	}
+	if len(errs) > 0 {
+		return errors.Join(errs...)
+	}
+	if err := os.RemoveAll(o.host(stateDir(s.Name))); err != nil {
+		return err
+	}
+	return o.removeDirs(s.CreatedDirs)
+}
