@@ -40,11 +40,20 @@ type Source struct {
 	Installer string
 }
 
+// Artifact is the image of one build.
+type Artifact struct {
+	Image v1.Image
+	// Name and Version are the image spec's (manifest.json's image).
+	Name, Version string
+	// Files are the payload files, relative to the output directory.
+	Files []string
+}
+
 // Image builds the OCI image: one layer for the installer, then one layer per payload file (so a
 // new version that leaves the kernel unchanged reuses its layer), every entry owned by root with a
 // fixed mode and manifest.json's source_date_epoch as its time. It refuses an output directory
 // whose files disagree with its manifest.json.
-func Image(src Source) (v1.Image, error) {
+func Image(src Source) (*Artifact, error) {
 	files, m, err := payload.Select(src.Out)
 	if err != nil {
 		return nil, err
@@ -88,7 +97,10 @@ func Image(src Source) (v1.Image, error) {
 			"org.opencontainers.image.description": "Allox OS " + m.Image.Name + " guest for Kata Containers, with its node installer",
 		},
 	}
-	return mutate.ConfigFile(img, cf)
+	if img, err = mutate.ConfigFile(img, cf); err != nil {
+		return nil, err
+	}
+	return &Artifact{Image: img, Name: m.Image.Name, Version: m.Image.Version, Files: files}, nil
 }
 
 // fileLayer is a layer holding file at name (absolute in the image), with its parent directories.

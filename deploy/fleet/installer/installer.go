@@ -65,7 +65,9 @@ type state struct {
 // host maps an absolute host path into Root.
 func (o Options) host(p string) string { return filepath.Join(o.Root, filepath.FromSlash(p)) }
 
-func (o Options) logf(format string, args ...any) { fmt.Fprintf(o.Log, "allox-deploy: "+format+"\n", args...) }
+func (o Options) logf(format string, args ...any) {
+	fmt.Fprintf(o.Log, "allox-deploy: "+format+"\n", args...)
+}
 
 func stateDir(name string) string { return path.Join(StateRoot, name) }
 

@@ -1,0 +1,254 @@
+package fleet_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"flag"
+	"io"
+	"log"
+	"net/http"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/google/go-containerregistry/pkg/registry"
+	v1 "github.com/google/go-containerregistry/pkg/v1"
+
+	"github.com/allox-os/allox/deploy/fleet"
+	"github.com/allox-os/allox/deploy/fleet/internal/fleettest"
+	"github.com/allox-os/allox/deploy/fleet/internal/payload"
+	"github.com/allox-os/allox/internal/testenv"
+)
+
+var update = flag.Bool("update", false, "rewrite testdata/ golden files")
+
+var (
+	installerOnce sync.Once
+	installerBin  string
+	installerErr  error
+)
+
+// installer builds the real allox-deploy once per test binary.
+func installer(t *testing.T) string {
+	t.Helper()
+	installerOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "allox-deploy-bin-")
+		if err != nil {
+			installerErr = err
+			return
+		}
+		installerBin = filepath.Join(dir, "allox-deploy")
+		installerErr = fleet.BuildInstaller(context.Background(), moduleRoot(t), installerBin)
+	})
+	if installerErr != nil {
+		t.Fatal(installerErr)
+	}
+	return installerBin
+}
+
+func moduleRoot(t *testing.T) string {
+	d, err := filepath.Abs("../..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+// newRegistry serves go-containerregistry's in-process registry, through wrap when given.
+func newRegistry(t *testing.T, wrap func(http.Handler) http.Handler) string {
+	t.Helper()
+	var h http.Handler = registry.New(registry.Logger(log.New(io.Discard, "", 0)))
+	if wrap != nil {
+		h = wrap(h)
+	}
+	srv := httptest.NewServer(h)
+	t.Cleanup(srv.Close)
+	return strings.TrimPrefix(srv.URL, "http://")
+}
+
+var reg = fleet.Registry{Insecure: true}
+
+func push(t *testing.T, out, ref string) (*fleet.Artifact, string) {
+	t.Helper()
+	a, err := fleet.Image(fleet.Source{Out: out, Installer: installer(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pinned, err := reg.Push(context.Background(), a.Image, ref)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return a, pinned
+}
+
+// pull unpacks ref into a new directory, as a container runtime would, or returns the error.
+func pull(t *testing.T, ref string) (string, error) {
+	t.Helper()
+	dir := t.TempDir()
+	return dir, reg.Pull(context.Background(), ref, dir)
+}
+
+// The real build goes to the registry and comes back bit for bit: every payload file matches
+// manifest.json and the source, and the installer is the entrypoint's binary.
+func TestPushPullRealBuild(t *testing.T) {
+	out := testenv.NeedOut(t, "manifest.json", "kata/install.sh", "bzImage")
+	host := newRegistry(t, nil)
+	a, pinned := push(t, out, host+"/allox/"+"allox:test")
+	if !strings.HasPrefix(pinned, host+"/allox/allox@sha256:") {
+		t.Fatalf("pushed reference %q is not digest-pinned in the repository", pinned)
+	}
+	dir, err := pull(t, pinned)
+	if err != nil {
+		t.Fatal(err)
+	}
+	req, err := payload.Required(filepath.Join(dir, "payload"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := payload.Verify(filepath.Join(dir, "payload"), req); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range a.Files {
+		same(t, filepath.Join(out, f), filepath.Join(dir, "payload", f))
+	}
+	same(t, installer(t), filepath.Join(dir, "allox-deploy"))
+	if st, err := os.Stat(filepath.Join(dir, "payload", "vmlinux")); err == nil {
+		t.Errorf("vmlinux (%d bytes) is in the payload: only what a node installs belongs there", st.Size())
+	}
+	t.Logf("%s: %d payload files", pinned, len(a.Files))
+}
+
+func same(t *testing.T, want, got string) {
+	t.Helper()
+	w, err := os.ReadFile(want)
+	if err != nil {
+		t.Fatal(err)
+	}
+	g, err := os.ReadFile(got)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(w, g) {
+		t.Errorf("%s: pulled %d bytes differ from the pushed %d bytes", got, len(g), len(w))
+	}
+}
+
+// Two pushes of the same output directory, to two tags, give one digest; and the image's config
+// says what runs.
+func TestPushTwiceSameDigest(t *testing.T) {
+	out := fleettest.Out(t, "allox")
+	host := newRegistry(t, nil)
+	a, first := push(t, out, host+"/allox/allox:one")
+	_, second := push(t, out, host+"/allox/allox:two")
+	if at(first) != at(second) {
+		t.Fatalf("same output directory, two digests: %s and %s", first, second)
+	}
+	// A rebuilt installer is byte-identical too, so mkimage push is reproducible end to end.
+	again := filepath.Join(t.TempDir(), "allox-deploy")
+	if err := fleet.BuildInstaller(context.Background(), moduleRoot(t), again); err != nil {
+		t.Fatal(err)
+	}
+	same(t, installer(t), again)
+	cf, err := a.Image.ConfigFile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cf.OS != "linux" || cf.Architecture != "amd64" || strings.Join(cf.Config.Entrypoint, " ") != "/allox-deploy" || !cf.Created.Time.Equal(cf.Created.Time.UTC()) || cf.Created.Unix() != 0 {
+		t.Errorf("config: os %s arch %s entrypoint %q created %v; want linux amd64 /allox-deploy at source_date_epoch 0", cf.OS, cf.Architecture, cf.Config.Entrypoint, cf.Created)
+	}
+	layers, err := a.Image.Layers()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(layers) != 1+len(a.Files) {
+		t.Errorf("%d layers for %d payload files: want one for the installer and one per file", len(layers), len(a.Files))
+	}
+}
+
+func at(ref string) string { return ref[strings.Index(ref, "@")+1:] }
+
+// A registry (or a man in the middle) serving other bytes for a layer: the pull fails naming the
+// layer, whether the bytes are another valid layer or the same layer with one gzip header byte
+// changed (same length, and it still decompresses to the same tar: only the digest tells).
+func TestTamperedLayerRefused(t *testing.T) {
+	out := fleettest.Out(t, "allox")
+	a, err := fleet.Image(fleet.Source{Out: out, Installer: installer(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	layers, err := a.Image.Layers()
+	if err != nil {
+		t.Fatal(err)
+	}
+	victim, err := layers[len(layers)-1].Digest() // the last payload file
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name  string
+		forge func(victim, other []byte) []byte
+	}{
+		{"another layer", func(_, other []byte) []byte { return other }},
+		{"gzip OS byte", func(victim, _ []byte) []byte {
+			b := bytes.Clone(victim)
+			b[9] ^= 0xff // RFC 1952: the OS field, which decompressors ignore
+			return b
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			forged := tc.forge(compressed(t, layers[len(layers)-1]), compressed(t, layers[len(layers)-2]))
+			host := newRegistry(t, func(h http.Handler) http.Handler {
+				return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+					if r.Method == http.MethodGet && strings.HasSuffix(r.URL.Path, "/blobs/"+victim.String()) {
+						w.Write(forged)
+						return
+					}
+					h.ServeHTTP(w, r)
+				})
+			})
+			pinned, err := reg.Push(context.Background(), a.Image, host+"/allox/allox:tampered")
+			if err != nil {
+				t.Fatal(err)
+			}
+			_, err = pull(t, pinned)
+			if err == nil {
+				t.Fatalf("pulled %s although the registry served other bytes for layer %s", pinned, victim)
+			}
+			if !strings.Contains(err.Error(), "layer "+victim.String()) {
+				t.Errorf("the refusal does not name the layer %s: %v", victim, err)
+			}
+			t.Logf("refused: %v", err)
+		})
+	}
+}
+
+func compressed(t *testing.T, l v1.Layer) []byte {
+	t.Helper()
+	rc, err := l.Compressed()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rc.Close()
+	b, err := io.ReadAll(rc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+// An output directory whose file changed after the build is never published: mkimage push names
+// the file.
+func TestPushRefusesChangedOutput(t *testing.T) {
+	out := fleettest.Out(t, "allox")
+	if err := os.WriteFile(filepath.Join(out, "bzImage"), []byte("another kernel\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, err := fleet.Image(fleet.Source{Out: out, Installer: installer(t)})
+	if !errors.Is(err, payload.ErrMismatch) || !strings.Contains(err.Error(), "bzImage: sha256") {
+		t.Fatalf("Image of a changed bzImage: %v; want a refusal naming bzImage", err)
+	}
+}
