@@ -7,6 +7,7 @@
 package installer
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -199,8 +200,10 @@ func Cleanup(ctx context.Context, o Options) error {
 func (o Options) cleanup(ctx context.Context, s *state) error {
 	var errs []error
 	if s.Labeled && o.Label != nil {
+		// First, so no new pod is scheduled here while the runtime goes; a failure (the RBAC may be
+		// deleted with the DaemonSet) must not keep the files on the node.
 		if err := o.Label.Label(ctx, NodeLabel(s.Name), false); err != nil {
-			errs = append(errs, fmt.Errorf("unlabel the node: %w", err))
+			o.logf("the node keeps its label %s (remove it: kubectl label node NODE %s-): %v", NodeLabel(s.Name), NodeLabel(s.Name), err)
 		}
 	}
 	if s.Containerd != nil {
@@ -212,7 +215,10 @@ func (o Options) cleanup(ctx context.Context, s *state) error {
 	}
 	staged := path.Join(stateDir(s.Name), "out")
 	script := path.Join(staged, "kata", kata.InstallSh)
-	if _, err := os.Stat(o.host(script)); err == nil {
+	if text, err := os.ReadFile(o.host(script)); err == nil {
+		if !bytes.Contains(text, []byte("--uninstall")) {
+			return fmt.Errorf("%s has no --uninstall (an older mkimage rendered it): remove what it installed by hand (see %s), or roll out a rebuild first", script, kata.InstallSh)
+		}
 		if err := o.inHost(ctx, nil, "/bin/sh", script, "--uninstall", s.ConfigDir); err != nil {
 			errs = append(errs, fmt.Errorf("install.sh --uninstall: %w", err))
 		}

@@ -1,0 +1,144 @@
+package installer_test
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/BurntSushi/toml"
+
+	"github.com/allox-os/allox/deploy/fleet/installer"
+	"github.com/allox-os/allox/deploy/fleet/internal/fleettest"
+	"github.com/allox-os/allox/deploy/fleet/internal/payload"
+)
+
+const mainConfigV3 = `version = 3
+root = "/var/lib/containerd"
+
+[plugins."io.containerd.cri.v1.runtime".containerd]
+  default_runtime_name = "runc"
+`
+
+const mainConfigV2 = `version = 2
+
+[plugins."io.containerd.grpc.v1.cri"]
+  sandbox_image = "registry.k8s.io/pause:3.10"
+`
+
+const mainConfigConfD = `version = 3
+imports = ["/etc/containerd/conf.d/*.toml"]
+`
+
+func run(t *testing.T, args ...string) (string, error) {
+	t.Helper()
+	var log bytes.Buffer
+	err := installer.Run(context.Background(), args, &log)
+	t.Logf("allox-deploy %s:\n%s", strings.Join(args, " "), log.String())
+	return log.String(), err
+}
+
+func flags(root, pl string) []string {
+	return []string{"-root", root, "-payload", pl, "-restart-containerd=false", "-label-node=false"}
+}
+
+// Install then cleanup on a scratch host root, with the real install.sh run by the real shell
+// through chroot: Kata's configuration points at the installed guest, containerd has the runtime
+// handlers (a drop-in where config.toml imports conf.d, appended otherwise, in the config version
+// config.toml uses), and after cleanup the tree is exactly as before (modes and hashes).
+func TestInstallCleanupScratchRoot(t *testing.T) {
+	for _, tc := range []struct {
+		name, config, plugin, handlersIn string
+	}{
+		{"containerd 2.x appended", mainConfigV3, "io.containerd.cri.v1.runtime", "etc/containerd/config.toml"},
+		{"containerd 1.7 appended", mainConfigV2, "io.containerd.grpc.v1.cri", "etc/containerd/config.toml"},
+		{"containerd 2.2 conf.d", mainConfigConfD, "io.containerd.cri.v1.runtime", "etc/containerd/conf.d/50-allox-allox.toml"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			root := fleettest.ScratchRoot(t, tc.config)
+			pl := fleettest.Out(t, "allox")
+			before := fleettest.Listing(t, root)
+			// Twice, as a restarted pod does: the second install first cleans up the first.
+			for range 2 {
+				if _, err := run(t, append([]string{"install", "-once"}, flags(root, pl)...)...); err != nil {
+					t.Fatal(err)
+				}
+			}
+			for _, f := range []string{"bzImage", "rootfs.img"} {
+				if got, want := fleettest.ReadFile(t, filepath.Join(root, "opt/allox/allox", f)), fleettest.ReadFile(t, filepath.Join(pl, f)); got != want {
+					t.Errorf("/opt/allox/allox/%s is not the payload's", f)
+				}
+			}
+			// containerd's handler names a Kata configuration that exists, beside the drop-in.
+			var cfg map[string]any
+			if _, err := toml.Decode(fleettest.ReadFile(t, filepath.Join(root, tc.handlersIn)), &cfg); err != nil {
+				t.Fatal(err)
+			}
+			handler := dig(cfg, "plugins", tc.plugin, "containerd", "runtimes", "allox", "options")
+			configPath, _ := handler["ConfigPath"].(string)
+			if configPath != "/etc/kata-containers/allox/runtime-rs/configuration-qemu-runtime-rs.toml" {
+				t.Fatalf("%s: runtime allox's ConfigPath is %q", tc.handlersIn, configPath)
+			}
+			for _, p := range []string{configPath, "/etc/kata-containers/allox/runtime-rs/config.d/50-allox.toml", "/etc/kata-containers/allox/config.d/50-allox.toml"} {
+				if _, err := os.Stat(filepath.Join(root, p)); err != nil {
+					t.Errorf("installed Kata configuration: %v", err)
+				}
+			}
+			if tc.handlersIn != "etc/containerd/config.toml" && fleettest.ReadFile(t, filepath.Join(root, "etc/containerd/config.toml")) != tc.config {
+				t.Errorf("config.toml changed although it imports conf.d")
+			}
+			if _, err := run(t, append([]string{"cleanup"}, flags(root, pl)...)...); err != nil {
+				t.Fatal(err)
+			}
+			if d := fleettest.DiffListing(before, fleettest.Listing(t, root)); d != "" {
+				t.Errorf("after cleanup the scratch root is not as before:\n%s", d)
+			}
+		})
+	}
+}
+
+func dig(m map[string]any, keys ...string) map[string]any {
+	for _, k := range keys {
+		m, _ = m[k].(map[string]any)
+	}
+	return m
+}
+
+// A payload file whose bytes differ from manifest.json: the installer refuses, names the file, and
+// writes nothing at all on the host.
+func TestInstallRefusesTamperedPayload(t *testing.T) {
+	root := fleettest.ScratchRoot(t, mainConfigV3)
+	pl := fleettest.Out(t, "allox")
+	if err := os.WriteFile(filepath.Join(pl, "kata/install.sh"), []byte("#!/bin/sh\nrm -rf /etc\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	before := fleettest.Listing(t, root)
+	_, err := run(t, append([]string{"install", "-once"}, flags(root, pl)...)...)
+	if !errors.Is(err, payload.ErrMismatch) || !strings.Contains(err.Error(), "kata/install.sh: sha256") {
+		t.Fatalf("install of a changed install.sh: %v; want a refusal naming kata/install.sh", err)
+	}
+	if d := fleettest.DiffListing(before, fleettest.Listing(t, root)); d != "" {
+		t.Errorf("the refused install wrote to the host:\n%s", d)
+	}
+}
+
+// An install that fails halfway (no Kata on the node: install.sh finds none of its shipped
+// configurations) is rolled back: the host is as before.
+func TestInstallFailureRolledBack(t *testing.T) {
+	root := fleettest.ScratchRoot(t, mainConfigV3)
+	if err := os.RemoveAll(filepath.Join(root, "opt/kata")); err != nil {
+		t.Fatal(err)
+	}
+	pl := fleettest.Out(t, "allox")
+	before := fleettest.Listing(t, root)
+	log, err := run(t, append([]string{"install", "-once"}, flags(root, pl)...)...)
+	if err == nil || !strings.Contains(err.Error(), "rolled back") || !strings.Contains(log, "install Kata first") {
+		t.Fatalf("install without Kata: %v; want install.sh's refusal, rolled back", err)
+	}
+	if d := fleettest.DiffListing(before, fleettest.Listing(t, root)); d != "" {
+		t.Errorf("after the rollback the scratch root is not as before:\n%s", d)
+	}
+}
