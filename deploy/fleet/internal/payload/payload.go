@@ -145,6 +145,7 @@ func Verify(dir string, want []string) (*Manifest, error) {
 		}
 		if !d.Type().IsRegular() {
 			errs = append(errs, fmt.Errorf("%s: not a regular file (%s)", r, d.Type()))
+			return nil
 		}
 		found = append(found, filepath.ToSlash(r))
 		return nil
