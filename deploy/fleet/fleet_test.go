@@ -11,6 +11,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -119,7 +120,19 @@ func TestPushPullRealBuild(t *testing.T) {
 	if st, err := os.Stat(filepath.Join(dir, "payload", "vmlinux")); err == nil {
 		t.Errorf("vmlinux (%d bytes) is in the payload: only what a node installs belongs there", st.Size())
 	}
-	t.Logf("%s: %d payload files", pinned, len(a.Files))
+	layers, err := a.Image.Layers()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var size int64
+	for _, l := range layers {
+		n, err := l.Size()
+		if err != nil {
+			t.Fatal(err)
+		}
+		size += n
+	}
+	t.Logf("%s: %d payload files, %d layers, %.1f MiB compressed", pinned, len(a.Files), len(layers), float64(size)/(1<<20))
 }
 
 func same(t *testing.T, want, got string) {
@@ -251,4 +264,51 @@ func TestPushRefusesChangedOutput(t *testing.T) {
 	if !errors.Is(err, payload.ErrMismatch) || !strings.Contains(err.Error(), "bzImage: sha256") {
 		t.Fatalf("Image of a changed bzImage: %v; want a refusal naming bzImage", err)
 	}
+}
+
+// A new build that changes only the image shares every other layer with the old one, so nodes and
+// registries fetch and store only the image and manifest.json again.
+func TestUnchangedFilesShareLayers(t *testing.T) {
+	out := fleettest.Out(t, "allox")
+	old := layerDigests(t, out)
+	if err := os.WriteFile(filepath.Join(out, "rootfs.img"), []byte("the next version's image\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	fleettest.WriteManifest(t, out, "allox")
+	var changed []string
+	for name, d := range layerDigests(t, out) {
+		if old[name] != d {
+			changed = append(changed, name)
+		}
+	}
+	slices.Sort(changed)
+	if want := []string{"/payload/manifest.json", "/payload/rootfs.img"}; !slices.Equal(changed, want) {
+		t.Errorf("layers that changed: %q, want %q", changed, want)
+	}
+}
+
+// layerDigests maps each layer's file (from the image history) to the layer's digest.
+func layerDigests(t *testing.T, out string) map[string]string {
+	t.Helper()
+	a, err := fleet.Image(fleet.Source{Out: out, Installer: installer(t)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cf, err := a.Image.ConfigFile()
+	if err != nil {
+		t.Fatal(err)
+	}
+	layers, err := a.Image.Layers()
+	if err != nil {
+		t.Fatal(err)
+	}
+	m := map[string]string{}
+	for i, l := range layers {
+		d, err := l.Digest()
+		if err != nil {
+			t.Fatal(err)
+		}
+		m[strings.TrimPrefix(cf.History[i].CreatedBy, "mkimage push: ")] = d.String()
+	}
+	return m
 }
