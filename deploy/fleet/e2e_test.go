@@ -9,15 +9,24 @@ import (
 	"testing"
 
 	"github.com/allox-os/allox/deploy/fleet/internal/fleettest"
+	"github.com/allox-os/allox/internal/testenv"
 )
 
 // What a node does with the pushed image, without Kubernetes: pull it from the registry, run the
 // image's own /allox-deploy (the entrypoint, a static binary) against a scratch host root as the
 // DaemonSet pod would, then its preStop cleanup; the node ends as it began.
+// It runs on a small output directory and on the real build (out/, as make image leaves it).
 func TestPulledImageInstallsOnScratchRoot(t *testing.T) {
+	t.Run("small", func(t *testing.T) { pulledImageInstalls(t, fleettest.Out(t, "allox")) })
+	t.Run("real build", func(t *testing.T) {
+		pulledImageInstalls(t, testenv.NeedOut(t, "manifest.json", "kata/install.sh", "bzImage"))
+	})
+}
+
+func pulledImageInstalls(t *testing.T, out string) {
 	root := fleettest.ScratchRoot(t, "version = 3\n")
 	host := newRegistry(t, nil)
-	_, pinned := push(t, fleettest.Out(t, "allox"), host+"/allox/allox:e2e")
+	a, pinned := push(t, out, host+"/allox/"+"img:e2e")
 	image, err := pull(t, pinned)
 	if err != nil {
 		t.Fatal(err)
@@ -34,8 +43,10 @@ func TestPulledImageInstallsOnScratchRoot(t *testing.T) {
 		}
 	}
 	deploy("install", "-once")
-	if _, err := os.Stat(filepath.Join(root, "etc/kata-containers/allox/runtime-rs/config.d/50-allox.toml")); err != nil {
-		t.Errorf("after install: %v", err)
+	for _, p := range []string{"etc/kata-containers/" + a.Name + "/runtime-rs/config.d/50-allox.toml", "opt/allox/" + a.Name + "/bzImage"} {
+		if _, err := os.Stat(filepath.Join(root, p)); err != nil {
+			t.Errorf("after install: %v", err)
+		}
 	}
 	deploy("cleanup")
 	if d := fleettest.DiffListing(before, fleettest.Listing(t, root)); d != "" {

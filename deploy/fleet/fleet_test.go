@@ -73,12 +73,28 @@ func newRegistry(t *testing.T, wrap func(http.Handler) http.Handler) string {
 
 var reg = fleet.Registry{Insecure: true}
 
-func push(t *testing.T, out, ref string) (*fleet.Artifact, string) {
+// artifact is a payload and its image.
+type artifact struct {
+	*fleet.Payload
+	Image v1.Image
+}
+
+func image(t *testing.T, out string) artifact {
 	t.Helper()
-	a, err := fleet.Image(fleet.Source{Out: out, Installer: installer(t)})
+	p, err := fleet.SelectPayload(out)
 	if err != nil {
 		t.Fatal(err)
 	}
+	img, err := fleet.Image(p, installer(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return artifact{p, img}
+}
+
+func push(t *testing.T, out, ref string) (artifact, string) {
+	t.Helper()
+	a := image(t, out)
 	pinned, err := reg.Push(context.Background(), a.Image, ref)
 	if err != nil {
 		t.Fatal(err)
@@ -189,10 +205,7 @@ func at(ref string) string { return ref[strings.Index(ref, "@")+1:] }
 // changed (same length, and it still decompresses to the same tar: only the digest tells).
 func TestTamperedLayerRefused(t *testing.T) {
 	out := fleettest.Out(t, "allox")
-	a, err := fleet.Image(fleet.Source{Out: out, Installer: installer(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
+	a := image(t, out)
 	layers, err := a.Image.Layers()
 	if err != nil {
 		t.Fatal(err)
@@ -260,7 +273,7 @@ func TestPushRefusesChangedOutput(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(out, "bzImage"), []byte("another kernel\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	_, err := fleet.Image(fleet.Source{Out: out, Installer: installer(t)})
+	_, err := fleet.SelectPayload(out)
 	if !errors.Is(err, payload.ErrMismatch) || !strings.Contains(err.Error(), "bzImage: sha256") {
 		t.Fatalf("Image of a changed bzImage: %v; want a refusal naming bzImage", err)
 	}
@@ -290,10 +303,7 @@ func TestUnchangedFilesShareLayers(t *testing.T) {
 // layerDigests maps each layer's file (from the image history) to the layer's digest.
 func layerDigests(t *testing.T, out string) map[string]string {
 	t.Helper()
-	a, err := fleet.Image(fleet.Source{Out: out, Installer: installer(t)})
-	if err != nil {
-		t.Fatal(err)
-	}
+	a := image(t, out)
 	cf, err := a.Image.ConfigFile()
 	if err != nil {
 		t.Fatal(err)

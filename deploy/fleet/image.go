@@ -32,33 +32,33 @@ const (
 	PayloadDir    = "/payload"
 )
 
-// Source is what Image packs: a build output directory and the installer binary.
-type Source struct {
+// Payload is the part of a build output directory that an image carries to the nodes.
+type Payload struct {
 	// Out is the build output directory (mkimage build -out DIR).
 	Out string
-	// Installer is the static linux/amd64 allox-deploy binary (BuildInstaller).
-	Installer string
-}
-
-// Artifact is the image of one build.
-type Artifact struct {
-	Image v1.Image
+	// Files are the payload files, slash-separated relative to Out, sorted.
+	Files []string
 	// Name and Version are the image spec's (manifest.json's image).
 	Name, Version string
-	// Files are the payload files, relative to the output directory.
-	Files []string
+	// Epoch is manifest.json's source_date_epoch, the time of every entry.
+	Epoch int64
 }
 
-// Image builds the OCI image: one layer for the installer, then one layer per payload file (so a
-// new version that leaves the kernel unchanged reuses its layer), every entry owned by root with a
-// fixed mode and manifest.json's source_date_epoch as its time. It refuses an output directory
-// whose files disagree with its manifest.json.
-func Image(src Source) (*Artifact, error) {
-	files, m, err := payload.Select(src.Out)
+// SelectPayload chooses the payload of the build in out and checks each file against its
+// manifest.json: an output directory whose files changed after the build is refused, naming them.
+func SelectPayload(out string) (*Payload, error) {
+	files, m, err := payload.Select(out)
 	if err != nil {
 		return nil, err
 	}
-	epoch := time.Unix(m.SourceDateEpoch, 0).UTC()
+	return &Payload{Out: out, Files: files, Name: m.Image.Name, Version: m.Image.Version, Epoch: m.SourceDateEpoch}, nil
+}
+
+// Image builds the OCI image of p with the installer binary (BuildInstaller): one layer for the
+// installer, then one layer per payload file (so a new version that leaves the kernel unchanged
+// reuses its layer), every entry owned by root with a fixed mode and p.Epoch as its time.
+func Image(p *Payload, installer string) (v1.Image, error) {
+	epoch := time.Unix(p.Epoch, 0).UTC()
 	adds := []mutate.Addendum{}
 	add := func(name, file string) error {
 		l, err := fileLayer(name, file, epoch)
@@ -69,11 +69,11 @@ func Image(src Source) (*Artifact, error) {
 			History: v1.History{Created: v1.Time{Time: epoch}, CreatedBy: "mkimage push: " + name}})
 		return nil
 	}
-	if err := add(InstallerPath, src.Installer); err != nil {
+	if err := add(InstallerPath, installer); err != nil {
 		return nil, err
 	}
-	for _, f := range files {
-		if err := add(path.Join(PayloadDir, f), filepath.Join(src.Out, filepath.FromSlash(f))); err != nil {
+	for _, f := range p.Files {
+		if err := add(path.Join(PayloadDir, f), filepath.Join(p.Out, filepath.FromSlash(f))); err != nil {
 			return nil, err
 		}
 	}
@@ -92,15 +92,12 @@ func Image(src Source) (*Artifact, error) {
 		Cmd:        []string{"install"},
 		WorkingDir: "/",
 		Labels: map[string]string{
-			"org.opencontainers.image.title":       m.Image.Name,
-			"org.opencontainers.image.version":     m.Image.Version,
-			"org.opencontainers.image.description": "Allox OS " + m.Image.Name + " guest for Kata Containers, with its node installer",
+			"org.opencontainers.image.title":       p.Name,
+			"org.opencontainers.image.version":     p.Version,
+			"org.opencontainers.image.description": "Allox OS " + p.Name + " guest for Kata Containers, with its node installer",
 		},
 	}
-	if img, err = mutate.ConfigFile(img, cf); err != nil {
-		return nil, err
-	}
-	return &Artifact{Image: img, Name: m.Image.Name, Version: m.Image.Version, Files: files}, nil
+	return mutate.ConfigFile(img, cf)
 }
 
 // fileLayer is a layer holding file at name (absolute in the image), with its parent directories.

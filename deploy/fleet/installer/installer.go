@@ -128,7 +128,8 @@ func Install(ctx context.Context, o Options) error {
 	}
 	s := &state{Name: name, ConfigDir: o.configDir(name)}
 	if err := o.install(ctx, s); err != nil {
-		if cerr := o.cleanup(ctx, s); cerr != nil {
+		// Roll back even when the install was stopped (SIGTERM): that stop must not leave half of it.
+		if cerr := o.cleanup(context.WithoutCancel(ctx), s); cerr != nil {
 			return fmt.Errorf("%w; rolling back also failed: %w", err, cerr)
 		}
 		return fmt.Errorf("%w (rolled back)", err)

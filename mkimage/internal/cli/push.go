@@ -23,6 +23,10 @@ func runPush(ctx context.Context, c Context, args []string) error {
 	if fs.NArg() != 1 {
 		return errUsage
 	}
+	p, err := fleet.SelectPayload(*out)
+	if err != nil {
+		return err
+	}
 	root, err := findModuleRoot(".")
 	if err != nil {
 		return err
@@ -36,15 +40,15 @@ func runPush(ctx context.Context, c Context, args []string) error {
 	if err := fleet.BuildInstaller(ctx, root, bin); err != nil {
 		return err
 	}
-	a, err := fleet.Image(fleet.Source{Out: *out, Installer: bin})
+	img, err := fleet.Image(p, bin)
 	if err != nil {
 		return err
 	}
-	pinned, err := fleet.Registry{Insecure: *insecure}.Push(ctx, a.Image, fs.Arg(0))
+	pinned, err := fleet.Registry{Insecure: *insecure}.Push(ctx, img, fs.Arg(0))
 	if err != nil {
 		return err
 	}
-	manifest, err := fleet.DaemonSet(*out, a.Name, pinned)
+	manifest, err := fleet.DaemonSet(*out, p.Name, pinned)
 	if err != nil {
 		return err
 	}
@@ -52,7 +56,7 @@ func runPush(ctx context.Context, c Context, args []string) error {
 	if err := os.WriteFile(dsPath, manifest, 0o644); err != nil {
 		return err
 	}
-	fmt.Fprintf(c.Stderr, "pushed %s %s (%d payload files); roll it out: kubectl apply -f %s\n", a.Name, a.Version, len(a.Files), dsPath)
+	fmt.Fprintf(c.Stderr, "pushed %s %s (%d payload files); roll it out: kubectl apply -f %s\n", p.Name, p.Version, len(p.Files), dsPath)
 	fmt.Fprintln(c.Stdout, pinned)
 	return nil
 }
