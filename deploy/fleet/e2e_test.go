@@ -2,7 +2,6 @@ package fleet_test
 
 import (
 	"context"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -43,11 +42,7 @@ func pulledImageInstalls(t *testing.T, out string) {
 		}
 	}
 	deploy("install", "-once")
-	for _, p := range []string{"etc/kata-containers/" + a.Name + "/runtime-rs/config.d/50-allox.toml", "opt/allox/" + a.Name + "/bzImage"} {
-		if _, err := os.Stat(filepath.Join(root, p)); err != nil {
-			t.Errorf("after install: %v", err)
-		}
-	}
+	fleettest.CheckInstalled(t, root, "/etc/kata-containers/"+a.Name, filepath.Join(image, "payload"))
 	deploy("cleanup")
 	if d := fleettest.DiffListing(before, fleettest.Listing(t, root)); d != "" {
 		t.Errorf("after cleanup the scratch root is not as before:\n%s", d)

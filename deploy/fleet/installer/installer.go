@@ -60,7 +60,9 @@ type state struct {
 	ConfigDir   string           `json:"config_dir"`
 	Containerd  *containerdState `json:"containerd,omitempty"`
 	CreatedDirs []string         `json:"created_dirs"`
-	Labeled     bool             `json:"labeled"`
+	// Installed says install.sh finished; before that its --uninstall may find nothing to remove.
+	Installed bool `json:"installed"`
+	Labeled   bool `json:"labeled"`
 }
 
 // host maps an absolute host path into Root.
@@ -159,6 +161,7 @@ func (o Options) install(ctx context.Context, s *state) error {
 	if err := o.inHost(ctx, env, "/bin/sh", path.Join(staged, "kata", kata.InstallSh), s.ConfigDir); err != nil {
 		return fmt.Errorf("install.sh: %w", err)
 	}
+	s.Installed = true
 	if s.Containerd, err = o.configureContainerd(s.Name, staged); err != nil {
 		return err
 	}
@@ -220,8 +223,14 @@ func (o Options) cleanup(ctx context.Context, s *state) error {
 		if !bytes.Contains(text, []byte("--uninstall")) {
 			return fmt.Errorf("%s has no --uninstall (an older mkimage rendered it): remove what it installed by hand (see %s), or roll out a rebuild first", script, kata.InstallSh)
 		}
-		if err := o.inHost(ctx, nil, "/bin/sh", script, "--uninstall", s.ConfigDir); err != nil {
+		err := o.inHost(ctx, nil, "/bin/sh", script, "--uninstall", s.ConfigDir)
+		switch {
+		case err != nil && s.Installed:
 			errs = append(errs, fmt.Errorf("install.sh --uninstall: %w", err))
+		case err != nil:
+			// install.sh stopped before it finished (it checks everything before it writes): what
+			// it may have left is found below, among the directories the install created.
+			o.logf("install.sh did not finish; its --uninstall: %v", err)
 		}
 	}
 	if len(errs) > 0 {

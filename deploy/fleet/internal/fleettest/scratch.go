@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/BurntSushi/toml"
 	"golang.org/x/sys/unix"
 
 	"github.com/allox-os/allox/internal/testenv"
@@ -163,4 +164,35 @@ func DiffListing(before, after map[string]string) string {
 		}
 	}
 	return s
+}
+
+// CheckInstalled fails the test unless both installed drop-ins in the Kata configuration
+// directory configDir (below root) name a kernel and an image or initrd that exist below root
+// with the bytes of the payload's file of the same name.
+func CheckInstalled(t testing.TB, root, configDir, payload string) {
+	t.Helper()
+	for _, dropIn := range []string{"config.d/50-allox.toml", "runtime-rs/config.d/50-allox.toml"} {
+		var d struct {
+			Hypervisor struct {
+				QEMU struct{ Kernel, Image, Initrd string } `toml:"qemu"`
+			} `toml:"hypervisor"`
+		}
+		p := filepath.Join(root, configDir, dropIn)
+		if _, err := toml.DecodeFile(p, &d); err != nil {
+			t.Errorf("installed drop-in: %v", err)
+			continue
+		}
+		q := d.Hypervisor.QEMU
+		for _, asset := range []string{q.Kernel, q.Image, q.Initrd} {
+			if asset == "" {
+				continue
+			}
+			if ReadFile(t, filepath.Join(root, asset)) != ReadFile(t, filepath.Join(payload, filepath.Base(asset))) {
+				t.Errorf("%s names %s, which is not the payload's %s", dropIn, asset, filepath.Base(asset))
+			}
+		}
+		if q.Kernel == "" || q.Image == "" && q.Initrd == "" {
+			t.Errorf("%s names no kernel, image or initrd: %+v", dropIn, q)
+		}
+	}
 }
