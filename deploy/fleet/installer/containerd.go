@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"os"
 	"path"
-	"path/filepath"
 
 	"github.com/BurntSushi/toml"
 
@@ -36,7 +35,7 @@ type containerdState struct {
 // drop-in there; otherwise they are appended to config.toml, after a backup, because containerd
 // 1.7 lets an imported file replace the whole CRI plugin table.
 func (o Options) configureContainerd(name, staged string) (*containerdState, error) {
-	orig, err := os.ReadFile(o.host(containerdConfig))
+	orig, err := o.readHost(containerdConfig)
 	if err != nil {
 		return nil, fmt.Errorf("containerd: %w (generate one: containerd config default > %s)", err, containerdConfig)
 	}
@@ -54,7 +53,7 @@ func (o Options) configureContainerd(name, staged string) (*containerdState, err
 	case cfg.Version < 2:
 		return nil, fmt.Errorf("containerd: %s has version = %d: containerd 1.7 and 2.x configurations set version = 2 or 3; regenerate it with containerd config default", containerdConfig, cfg.Version)
 	}
-	handlers, err := os.ReadFile(o.host(path.Join(staged, "kata", snippet)))
+	handlers, err := o.readHost(path.Join(staged, "kata", snippet))
 	if err != nil {
 		return nil, err
 	}
@@ -62,7 +61,7 @@ func (o Options) configureContainerd(name, staged string) (*containerdState, err
 	for _, imp := range cfg.Imports {
 		if ok, _ := path.Match(imp, dropIn); ok {
 			o.logf("containerd: runtime handlers in %s (imported by %s)", dropIn, containerdConfig)
-			return &containerdState{DropIn: dropIn}, writeFile(o.host(dropIn), handlers, 0o644)
+			return &containerdState{DropIn: dropIn}, o.writeHost(dropIn, handlers, 0o644)
 		}
 	}
 	return o.appendHandlers(name, orig, handlers)
@@ -70,7 +69,7 @@ func (o Options) configureContainerd(name, staged string) (*containerdState, err
 
 func (o Options) appendHandlers(name string, orig, handlers []byte) (*containerdState, error) {
 	backup := path.Join(stateDir(name), "containerd-config.toml.orig")
-	if err := writeFile(o.host(backup), orig, 0o600); err != nil {
+	if err := o.writeHost(backup, orig, 0o600); err != nil {
 		return nil, err
 	}
 	var b bytes.Buffer
@@ -83,11 +82,11 @@ func (o Options) appendHandlers(name string, orig, handlers []byte) (*containerd
 	if _, err := toml.Decode(b.String(), &check); err != nil {
 		return nil, fmt.Errorf("containerd: %s with the %s handlers added does not parse (%w): it defines them already? add kata/containerd/ by hand", containerdConfig, name, err)
 	}
-	st, err := os.Stat(o.host(containerdConfig))
+	st, err := o.statHost(containerdConfig)
 	if err != nil {
 		return nil, err
 	}
-	if err := writeFile(o.host(containerdConfig), b.Bytes(), st.Mode().Perm()); err != nil {
+	if err := o.writeHost(containerdConfig, b.Bytes(), st.Mode().Perm()); err != nil {
 		return nil, err
 	}
 	o.logf("containerd: runtime handlers appended to %s (original kept in %s)", containerdConfig, backup)
@@ -98,7 +97,7 @@ func (o Options) appendHandlers(name string, orig, handlers []byte) (*containerd
 // changed since Install is not overwritten: the error says what to remove by hand.
 func (o Options) unconfigureContainerd(s *containerdState) error {
 	if s.DropIn != "" {
-		if err := os.Remove(o.host(s.DropIn)); err != nil && !os.IsNotExist(err) {
+		if err := o.removeHost(s.DropIn); err != nil && !os.IsNotExist(err) {
 			return err
 		}
 		return nil
@@ -106,22 +105,22 @@ func (o Options) unconfigureContainerd(s *containerdState) error {
 	if s.Backup == "" {
 		return nil
 	}
-	cur, err := os.ReadFile(o.host(containerdConfig))
+	cur, err := o.readHost(containerdConfig)
 	if err != nil {
 		return err
 	}
 	if sum(cur) != s.Written {
-		return fmt.Errorf("containerd: %s changed after allox-deploy appended its handlers: remove the block between the BEGIN/END allox-deploy lines by hand, then delete %s", containerdConfig, filepath.Join(o.Root, s.Backup))
+		return fmt.Errorf("containerd: %s changed after allox-deploy appended its handlers: remove the block between the BEGIN/END allox-deploy lines by hand, then delete %s", containerdConfig, s.Backup)
 	}
-	orig, err := os.ReadFile(o.host(s.Backup))
+	orig, err := o.readHost(s.Backup)
 	if err != nil {
 		return err
 	}
-	st, err := os.Stat(o.host(containerdConfig))
+	st, err := o.statHost(containerdConfig)
 	if err != nil {
 		return err
 	}
-	return writeFile(o.host(containerdConfig), orig, st.Mode().Perm())
+	return o.writeHost(containerdConfig, orig, st.Mode().Perm())
 }
 
 func sum(b []byte) string {

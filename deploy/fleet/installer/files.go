@@ -1,6 +1,7 @@
 package installer
 
 import (
+	"bytes"
 	"errors"
 	"io"
 	"io/fs"
@@ -10,7 +11,47 @@ import (
 	"slices"
 	"strings"
 	"syscall"
+
+	securejoin "github.com/cyphar/filepath-securejoin"
 )
+
+// host maps an absolute host path into Root, resolving symlinks as the host would: an absolute
+// link (/opt -> /var/opt) is followed inside Root, never into the pod's own filesystem.
+func (o Options) host(p string) (string, error) {
+	return securejoin.SecureJoin(o.Root, filepath.FromSlash(p))
+}
+
+func (o Options) readHost(p string) ([]byte, error) {
+	hp, err := o.host(p)
+	if err != nil {
+		return nil, err
+	}
+	return os.ReadFile(hp)
+}
+
+func (o Options) writeHost(p string, data []byte, mode os.FileMode) error {
+	hp, err := o.host(p)
+	if err != nil {
+		return err
+	}
+	return writeFrom(hp, bytes.NewReader(data), mode)
+}
+
+func (o Options) statHost(p string) (fs.FileInfo, error) {
+	hp, err := o.host(p)
+	if err != nil {
+		return nil, err
+	}
+	return os.Stat(hp)
+}
+
+func (o Options) removeHost(p string) error {
+	hp, err := o.host(p)
+	if err != nil {
+		return err
+	}
+	return os.Remove(hp)
+}
 
 // watched are the host directories below which an install creates directories: the state, the
 // artifacts (/opt/allox/<name>), Kata's configuration and containerd's.
@@ -27,11 +68,15 @@ func (o Options) dirs() (map[string]bool, error) {
 	have := map[string]bool{}
 	for _, w := range o.watched() {
 		for d := path.Dir(w); d != "/"; d = path.Dir(d) {
-			if st, err := os.Stat(o.host(d)); err == nil && st.IsDir() {
+			if st, err := o.statHost(d); err == nil && st.IsDir() {
 				have[d] = true
 			}
 		}
-		err := filepath.WalkDir(o.host(w), func(p string, d fs.DirEntry, err error) error {
+		top, err := o.host(w)
+		if err != nil {
+			return nil, err
+		}
+		err = filepath.WalkDir(top, func(p string, d fs.DirEntry, err error) error {
 			if errors.Is(err, fs.ErrNotExist) {
 				return nil
 			}
@@ -74,7 +119,7 @@ func (o Options) newDirs(before map[string]bool, prev []string) []string {
 func (o Options) removeDirs(dirs []string) error {
 	var left []string
 	for _, d := range dirs {
-		err := os.Remove(o.host(d))
+		err := o.removeHost(d)
 		switch {
 		case err == nil, errors.Is(err, fs.ErrNotExist):
 		case errors.Is(err, syscall.ENOTEMPTY), errors.Is(err, syscall.EEXIST):
@@ -119,10 +164,6 @@ func copyTree(src, dst string) error {
 		defer f.Close()
 		return writeFrom(target, f, mode)
 	})
-}
-
-func writeFile(p string, data []byte, mode os.FileMode) error {
-	return writeFrom(p, strings.NewReader(string(data)), mode)
 }
 
 // writeFrom writes r to p through p.allox-new, renamed over p once complete.

@@ -15,7 +15,6 @@ import (
 	"io"
 	"os"
 	"path"
-	"path/filepath"
 
 	"github.com/allox-os/allox/deploy/fleet/internal/payload"
 	"github.com/allox-os/allox/deploy/kata"
@@ -65,9 +64,6 @@ type state struct {
 	Labeled   bool `json:"labeled"`
 }
 
-// host maps an absolute host path into Root.
-func (o Options) host(p string) string { return filepath.Join(o.Root, filepath.FromSlash(p)) }
-
 func (o Options) logf(format string, args ...any) {
 	fmt.Fprintf(o.Log, "allox-deploy: "+format+"\n", args...)
 }
@@ -75,7 +71,7 @@ func (o Options) logf(format string, args ...any) {
 func stateDir(name string) string { return path.Join(StateRoot, name) }
 
 func (o Options) readState(name string) (*state, error) {
-	data, err := os.ReadFile(o.host(path.Join(stateDir(name), "state.json")))
+	data, err := o.readHost(path.Join(stateDir(name), "state.json"))
 	if errors.Is(err, os.ErrNotExist) {
 		return nil, nil
 	}
@@ -94,7 +90,7 @@ func (o Options) writeState(s *state) error {
 	if err != nil {
 		return err
 	}
-	return writeFile(o.host(path.Join(stateDir(s.Name), "state.json")), append(data, '\n'), 0o600)
+	return o.writeHost(path.Join(stateDir(s.Name), "state.json"), append(data, '\n'), 0o600)
 }
 
 // verify checks the payload and returns its manifest; nothing is written before it passes.
@@ -147,7 +143,11 @@ func (o Options) install(ctx context.Context, s *state) error {
 	}
 	defer func() { s.CreatedDirs = o.newDirs(before, s.CreatedDirs) }()
 	staged := path.Join(stateDir(s.Name), "out")
-	if err := copyTree(o.Payload, o.host(staged)); err != nil {
+	dst, err := o.host(staged)
+	if err != nil {
+		return err
+	}
+	if err := copyTree(o.Payload, dst); err != nil {
 		return fmt.Errorf("stage the payload in %s: %w", staged, err)
 	}
 	s.CreatedDirs = o.newDirs(before, nil)
@@ -219,7 +219,7 @@ func (o Options) cleanup(ctx context.Context, s *state) error {
 	}
 	staged := path.Join(stateDir(s.Name), "out")
 	script := path.Join(staged, "kata", kata.InstallSh)
-	if text, err := os.ReadFile(o.host(script)); err == nil {
+	if text, err := o.readHost(script); err == nil {
 		if !bytes.Contains(text, []byte("--uninstall")) {
 			return fmt.Errorf("%s has no --uninstall (an older mkimage rendered it): remove what it installed by hand (see %s), or roll out a rebuild first", script, kata.InstallSh)
 		}
@@ -236,7 +236,11 @@ func (o Options) cleanup(ctx context.Context, s *state) error {
 	if len(errs) > 0 {
 		return errors.Join(errs...)
 	}
-	if err := os.RemoveAll(o.host(stateDir(s.Name))); err != nil {
+	dir, err := o.host(stateDir(s.Name))
+	if err != nil {
+		return err
+	}
+	if err := os.RemoveAll(dir); err != nil {
 		return err
 	}
 	return o.removeDirs(s.CreatedDirs)

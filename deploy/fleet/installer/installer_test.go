@@ -138,3 +138,51 @@ func TestInstallFailureRolledBack(t *testing.T) {
 		t.Errorf("after the rollback the scratch root is not as before:\n%s", d)
 	}
 }
+
+// A host whose /opt is an absolute symlink (/opt -> /var/opt, as image-based distributions have):
+// the installer follows it inside the host root, as install.sh does through chroot, and never
+// writes into the pod's own /var/opt; cleanup leaves the host as before.
+func TestInstallFollowsHostSymlinksInsideRoot(t *testing.T) {
+	root := fleettest.ScratchRoot(t, mainConfigV3)
+	if err := os.MkdirAll(filepath.Join(root, "var"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(filepath.Join(root, "opt"), filepath.Join(root, "var/opt")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("/var/opt", filepath.Join(root, "opt")); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{"/var/opt/allox", "/srv/allox-deploy"} {
+		if _, err := os.Stat(p); err == nil {
+			t.Fatalf("%s exists on this machine already: the test cannot tell where the installer wrote", p)
+		}
+	}
+	// The state directory goes through a dangling host symlink too.
+	if err := os.Mkdir(filepath.Join(root, "srv"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink("/srv/allox-deploy", filepath.Join(root, "var/lib/allox-deploy")); err != nil {
+		t.Fatal(err)
+	}
+	pl := fleettest.Out(t, "allox")
+	before := fleettest.Listing(t, root)
+	if _, err := run(t, append([]string{"install", "-once"}, flags(root, pl)...)...); err != nil {
+		t.Fatal(err)
+	}
+	fleettest.CheckInstalled(t, root, "/etc/kata-containers/allox", pl)
+	if _, err := os.Stat(filepath.Join(root, "srv/allox-deploy/allox/out/manifest.json")); err != nil {
+		t.Errorf("the staged payload is not where the host's /var/lib/allox-deploy points: %v", err)
+	}
+	for _, p := range []string{"/var/opt/allox", "/srv/allox-deploy"} {
+		if _, err := os.Stat(p); err == nil {
+			t.Errorf("%s was written on the machine running the installer, outside the host root", p)
+		}
+	}
+	if _, err := run(t, append([]string{"cleanup"}, flags(root, pl)...)...); err != nil {
+		t.Fatal(err)
+	}
+	if d := fleettest.DiffListing(before, fleettest.Listing(t, root)); d != "" {
+		t.Errorf("after cleanup the scratch root is not as before:\n%s", d)
+	}
+}

@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/BurntSushi/toml"
+	securejoin "github.com/cyphar/filepath-securejoin"
 	"golang.org/x/sys/unix"
 
 	"github.com/allox-os/allox/internal/testenv"
@@ -187,7 +188,11 @@ func CheckInstalled(t testing.TB, root, configDir, payload string) {
 			if asset == "" {
 				continue
 			}
-			if ReadFile(t, filepath.Join(root, asset)) != ReadFile(t, filepath.Join(payload, filepath.Base(asset))) {
+			onHost, err := securejoin.SecureJoin(root, asset) // as the host resolves it
+			if err != nil {
+				t.Fatal(err)
+			}
+			if ReadFile(t, onHost) != ReadFile(t, filepath.Join(payload, filepath.Base(asset))) {
 				t.Errorf("%s names %s, which is not the payload's %s", dropIn, asset, filepath.Base(asset))
 			}
 		}
