@@ -139,6 +139,10 @@ spec:
           valueFrom:
             fieldRef:
               fieldPath: spec.nodeName
+        readinessProbe:
+          exec:
+            command: ["/allox-deploy", "status", "-root=/host", "-payload=/payload"]
+          periodSeconds: 10
         lifecycle:
           preStop:
             exec:

@@ -74,6 +74,7 @@ func TestDaemonSetStructure(t *testing.T) {
 		{"privileged", get(t, c, "securityContext", "privileged"), true},
 		{"command", strings.Join(strs(c["command"]), " "), "/allox-deploy install -root=/host -payload=/payload"},
 		{"preStop", strings.Join(strs(get(t, c, "lifecycle", "preStop", "exec", "command")), " "), "/allox-deploy cleanup -root=/host -payload=/payload"},
+		{"readiness", strings.Join(strs(get(t, c, "readinessProbe", "exec", "command")), " "), "/allox-deploy status -root=/host -payload=/payload"},
 		{"mountPath", get(t, c, "volumeMounts").([]any)[0].(map[string]any)["mountPath"], "/host"},
 		{"hostPath", get(t, pod, "volumes").([]any)[0].(map[string]any)["hostPath"].(map[string]any)["path"], "/"},
 		{"NODE_NAME", get(t, c, "env").([]any)[0].(map[string]any)["valueFrom"].(map[string]any)["fieldRef"].(map[string]any)["fieldPath"], "spec.nodeName"},

@@ -9,9 +9,10 @@ import (
 )
 
 // Usage is the command line of allox-deploy.
-const Usage = `usage: allox-deploy install|cleanup [flags]
+const Usage = `usage: allox-deploy install|cleanup|status [flags]
   install   verify the payload, install it on the host, then wait until stopped (the DaemonSet pod)
-  cleanup   remove what install installed (the pod's preStop hook)`
+  cleanup   remove what install installed (the pod's preStop hook)
+  status    succeed once this payload is installed on the host (the pod's readiness probe)`
 
 // ErrUsage is a command line allox-deploy does not understand.
 var ErrUsage = errors.New(Usage)
@@ -36,6 +37,9 @@ func Run(ctx context.Context, args []string, stdout io.Writer) error {
 	}
 	if fs.NArg() != 0 {
 		return fmt.Errorf("%s: unexpected arguments %q\n%w", args[0], fs.Args(), ErrUsage)
+	}
+	if args[0] == "status" {
+		return Status(o)
 	}
 	if *label {
 		l, err := InClusterLabeler()

@@ -201,6 +201,27 @@ func Cleanup(ctx context.Context, o Options) error {
 	return nil
 }
 
+// ErrNotInstalled is Status's answer until Install has finished on the host.
+var ErrNotInstalled = errors.New("not installed")
+
+// Status succeeds once install.sh has run and containerd has the handlers for the payload's image:
+// the DaemonSet's readiness probe.
+func Status(o Options) error {
+	m, err := payload.ReadManifest(o.Payload)
+	if err != nil {
+		return err
+	}
+	s, err := o.readState(m.Image.Name)
+	switch {
+	case err != nil:
+		return err
+	case s == nil || !s.Installed || s.Containerd == nil:
+		return fmt.Errorf("%s: %w", m.Image.Name, ErrNotInstalled)
+	}
+	fmt.Fprintf(o.Log, "%s installed; Kata configuration in %s\n", s.Name, s.ConfigDir)
+	return nil
+}
+
 func (o Options) cleanup(ctx context.Context, s *state) error {
 	var errs []error
 	if s.Labeled && o.Label != nil {

@@ -68,6 +68,9 @@ func TestInstallCleanupScratchRoot(t *testing.T) {
 				}
 			}
 			fleettest.CheckInstalled(t, root, "/etc/kata-containers/allox", pl)
+			if _, err := run(t, append([]string{"status"}, flags(root, pl)...)...); err != nil {
+				t.Errorf("status after install: %v", err)
+			}
 			// containerd's handler names a Kata configuration that exists, beside the drop-in.
 			var cfg map[string]any
 			if _, err := toml.Decode(fleettest.ReadFile(t, filepath.Join(root, tc.handlersIn)), &cfg); err != nil {
@@ -91,6 +94,9 @@ func TestInstallCleanupScratchRoot(t *testing.T) {
 			}
 			if d := fleettest.DiffListing(before, fleettest.Listing(t, root)); d != "" {
 				t.Errorf("after cleanup the scratch root is not as before:\n%s", d)
+			}
+			if _, err := run(t, append([]string{"status"}, flags(root, pl)...)...); !errors.Is(err, installer.ErrNotInstalled) {
+				t.Errorf("status after cleanup: %v, want %v", err, installer.ErrNotInstalled)
 			}
 		})
 	}
