@@ -230,12 +230,15 @@ func (o Options) cleanup(ctx context.Context, s *state) error {
 		if err := o.Label.Label(ctx, NodeLabel(s.Name), false); err != nil {
 			o.logf("the node keeps its label %s (remove it: kubectl label node NODE %s-): %v", NodeLabel(s.Name), NodeLabel(s.Name), err)
 		}
+		s.Labeled = false
 	}
+	// Each step undone is recorded at once, so a cleanup that stops can be run again.
 	if s.Containerd != nil {
 		if err := o.unconfigureContainerd(s.Containerd); err != nil {
 			errs = append(errs, err)
-		} else if err := o.restartContainerd(ctx); err != nil {
-			errs = append(errs, err)
+		} else {
+			s.Containerd = nil
+			errs = append(errs, o.writeState(s), o.restartContainerd(ctx))
 		}
 	}
 	staged := path.Join(stateDir(s.Name), "out")
@@ -254,8 +257,8 @@ func (o Options) cleanup(ctx context.Context, s *state) error {
 			o.logf("install.sh did not finish; its --uninstall: %v", err)
 		}
 	}
-	if len(errs) > 0 {
-		return errors.Join(errs...)
+	if err := errors.Join(errs...); err != nil {
+		return err
 	}
 	dir, err := o.host(stateDir(s.Name))
 	if err != nil {

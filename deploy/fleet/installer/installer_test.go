@@ -192,3 +192,34 @@ func TestInstallFollowsHostSymlinksInsideRoot(t *testing.T) {
 		t.Errorf("after cleanup the scratch root is not as before:\n%s", d)
 	}
 }
+
+// A cleanup that stops halfway (here install.sh --uninstall fails once, after the containerd
+// handlers are already out) can be run again and then finishes: the host ends as before.
+func TestCleanupCanBeRetried(t *testing.T) {
+	root := fleettest.ScratchRoot(t, mainConfigV3)
+	pl := fleettest.Out(t, "allox")
+	before := fleettest.Listing(t, root)
+	if _, err := run(t, append([]string{"install", "-once"}, flags(root, pl)...)...); err != nil {
+		t.Fatal(err)
+	}
+	staged := filepath.Join(root, installer.StateRoot, "allox/out/kata/install.sh")
+	good := fleettest.ReadFile(t, staged)
+	if err := os.WriteFile(staged, []byte("#!/bin/sh\n# --uninstall, interrupted\nexit 1\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := run(t, append([]string{"cleanup"}, flags(root, pl)...)...); err == nil {
+		t.Fatal("cleanup succeeded although install.sh --uninstall failed")
+	}
+	if strings.Contains(fleettest.ReadFile(t, filepath.Join(root, "etc/containerd/config.toml")), "allox-deploy") {
+		t.Error("the failed cleanup left the containerd handlers in config.toml")
+	}
+	if err := os.WriteFile(staged, []byte(good), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := run(t, append([]string{"cleanup"}, flags(root, pl)...)...); err != nil {
+		t.Fatal(err)
+	}
+	if d := fleettest.DiffListing(before, fleettest.Listing(t, root)); d != "" {
+		t.Errorf("after the retried cleanup the scratch root is not as before:\n%s", d)
+	}
+}
