@@ -1,11 +1,14 @@
 package fleet_test
 
 import (
+	"bytes"
 	"context"
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/allox-os/allox/deploy/fleet/internal/fleettest"
 	"github.com/allox-os/allox/internal/testenv"
@@ -46,5 +49,44 @@ func pulledImageInstalls(t *testing.T, out string) {
 	deploy("cleanup")
 	if d := fleettest.DiffListing(before, fleettest.Listing(t, root)); d != "" {
 		t.Errorf("after cleanup the scratch root is not as before:\n%s", d)
+	}
+}
+
+// The pod's life without the preStop hook: install, ready (the readiness probe's status), then
+// SIGTERM, on which the installer cleans up before it exits, as kata-deploy 4.1 does.
+func TestInstallerCleansUpOnSIGTERM(t *testing.T) {
+	root := fleettest.ScratchRoot(t, "version = 3\n")
+	pl := fleettest.Out(t, "allox")
+	before := fleettest.Listing(t, root)
+	args := []string{"-root=" + root, "-payload=" + pl, "-restart-containerd=false", "-label-node=false"}
+	var log bytes.Buffer
+	pod := exec.Command(installer(t), append([]string{"install"}, args...)...)
+	pod.Stdout, pod.Stderr = &log, &log
+	if err := pod.Start(); err != nil {
+		t.Fatal(err)
+	}
+	ready := false
+	for range 200 {
+		if exec.Command(installer(t), append([]string{"status"}, args...)...).Run() == nil {
+			ready = true
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	if !ready {
+		pod.Process.Kill()
+		pod.Wait()
+		t.Fatalf("status never succeeded; the installer said:\n%s", log.String())
+	}
+	if err := pod.Process.Signal(syscall.SIGTERM); err != nil {
+		t.Fatal(err)
+	}
+	err := pod.Wait()
+	t.Logf("allox-deploy install, then SIGTERM:\n%s", log.String())
+	if err != nil {
+		t.Fatalf("the installer exited with %v after SIGTERM", err)
+	}
+	if d := fleettest.DiffListing(before, fleettest.Listing(t, root)); d != "" {
+		t.Errorf("after SIGTERM the scratch root is not as before:\n%s", d)
 	}
 }

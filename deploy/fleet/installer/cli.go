@@ -10,7 +10,7 @@ import (
 
 // Usage is the command line of allox-deploy.
 const Usage = `usage: allox-deploy install|cleanup|status [flags]
-  install   verify the payload, install it on the host, then wait until stopped (the DaemonSet pod)
+  install   verify the payload, install it on the host, wait until stopped, clean up (the DaemonSet pod)
   cleanup   remove what install installed (the pod's preStop hook)
   status    succeed once this payload is installed on the host (the pod's readiness probe)`
 
@@ -58,8 +58,10 @@ func Run(ctx context.Context, args []string, stdout io.Writer) error {
 		if *once {
 			return nil
 		}
-		<-ctx.Done() // kata-deploy's pattern: the pod stays up; preStop runs cleanup
-		return nil
+		// The pod stays up. When it is stopped (SIGTERM) it cleans up, as kata-deploy 4.1 does;
+		// after the preStop hook's cleanup there is nothing left to do.
+		<-ctx.Done()
+		return Cleanup(context.WithoutCancel(ctx), o)
 	case "cleanup":
 		return Cleanup(ctx, o)
 	}
