@@ -3,6 +3,7 @@ package fleet_test
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
 	"errors"
 	"flag"
 	"io"
@@ -321,4 +322,36 @@ func layerDigests(t *testing.T, out string) map[string]string {
 		m[strings.TrimPrefix(cf.History[i].CreatedBy, "mkimage push: ")] = d.String()
 	}
 	return m
+}
+
+// A private registry: the push authenticates with the credentials of the standard keychain (the
+// docker config that $DOCKER_CONFIG names), and without them it is refused.
+func TestPushPrivateRegistry(t *testing.T) {
+	host := newRegistry(t, func(h http.Handler) http.Handler {
+		return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if user, pass, ok := r.BasicAuth(); !ok || user != "platform" || pass != "s3cret" {
+				w.Header().Set("WWW-Authenticate", `Basic realm="allox"`)
+				http.Error(w, "authentication required", http.StatusUnauthorized)
+				return
+			}
+			h.ServeHTTP(w, r)
+		})
+	})
+	a := image(t, fleettest.Out(t, "allox"))
+	ctx := context.Background()
+	t.Setenv("DOCKER_CONFIG", t.TempDir())
+	if _, err := reg.Push(ctx, a.Image, host+"/private/allox:1"); err == nil || !strings.Contains(err.Error(), "401") && !strings.Contains(err.Error(), "UNAUTHORIZED") {
+		t.Fatalf("push without credentials: %v; want a 401", err)
+	}
+	config := `{"auths": {"` + host + `": {"auth": "` + base64.StdEncoding.EncodeToString([]byte("platform:s3cret")) + `"}}}`
+	if err := os.WriteFile(filepath.Join(os.Getenv("DOCKER_CONFIG"), "config.json"), []byte(config), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	pinned, err := reg.Push(ctx, a.Image, host+"/private/allox:1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := pull(t, pinned); err != nil {
+		t.Fatal(err)
+	}
 }
