@@ -34,6 +34,14 @@ var (
 	installerErr  error
 )
 
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if installerBin != "" {
+		os.RemoveAll(filepath.Dir(installerBin))
+	}
+	os.Exit(code)
+}
+
 // installer builds the real allox-deploy once per test binary.
 func installer(t *testing.T) string {
 	t.Helper()
