@@ -16,7 +16,7 @@ func outputDir(t *testing.T) string {
 	dir := t.TempDir()
 	for name, data := range map[string]string{
 		"bzImage": "kernel", "boot.json": "{}\n", "kata/config.d/50-allox.toml": "[hypervisor.qemu]\n",
-		"workspace.img": "the store disk make boot keeps", "process-tree/manifest.json": "{}\n", ".work-1/x": "scratch",
+		"workspace.img": "the store disk make boot keeps", "allox-deploy.yaml": "written by mkimage push", "process-tree/manifest.json": "{}\n", ".work-1/x": "scratch",
 	} {
 		p := filepath.Join(dir, filepath.FromSlash(name))
 		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {

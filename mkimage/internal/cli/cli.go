@@ -33,6 +33,7 @@ var commands = map[string]command{
 	"diff":       {"diff DIR1 DIR2", "compare two build outputs (or two files); name where each differing artifact first differs", runDiff},
 	"verify":     {"verify DIR", "recheck every output hash in DIR/manifest.json and the SBOM; name what changed", runVerify},
 	"kata-check": {"kata-check [-out DIR] [SPEC]", "check built artifacts offline against what the Kata runtime expects", runKataCheck},
+	"push":       {"push [-out DIR] [-insecure] REF", "publish the build as a runnable OCI image for the allox-deploy DaemonSet; print its digest-pinned reference", runPush},
 }
 
 // errUsage marks errors that are the caller's wording, answered with the usage text.

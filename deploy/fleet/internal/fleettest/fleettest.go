@@ -1,0 +1,97 @@
+// Package fleettest writes small build output directories for the rollout's tests: the real
+// drop-ins, containerd snippets, RuntimeClasses and install.sh (rendered by deploy/kata, as
+// mkimage build renders them), a few bytes standing in for the kernel and the image, and a
+// manifest.json that lists them all as mkimage writes it. Tests of the rollout's logic use it;
+// the registry round trip also runs on a real build (testenv.NeedOut).
+package fleettest
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"os"
+	"path"
+	"path/filepath"
+	"slices"
+	"testing"
+
+	"github.com/allox-os/allox/deploy/kata"
+)
+
+// Out writes an output directory for image name (image mode) into a temporary directory.
+func Out(tb testing.TB, name string) string {
+	tb.Helper()
+	dir := tb.TempDir()
+	inst := kata.InstallDir(name)
+	files, err := kata.RenderDeployment(kata.Deployment{Name: name, Assets: kata.Assets{
+		Kernel: path.Join(inst, "bzImage"), Image: path.Join(inst, "rootfs.img"), RootfsType: "ext4",
+		KernelParams: []string{"cgroup_no_v1=all"}, DisableImageNvdimm: true,
+	}})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	write := func(name string, data []byte, mode os.FileMode) {
+		p := filepath.Join(dir, filepath.FromSlash(name))
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			tb.Fatal(err)
+		}
+		if err := os.WriteFile(p, data, mode); err != nil {
+			tb.Fatal(err)
+		}
+	}
+	for _, f := range files {
+		mode := os.FileMode(0o644)
+		if f.Executable {
+			mode = 0o755
+		}
+		write("kata/"+f.Name, f.Data, mode)
+	}
+	write("bzImage", []byte("a kernel standing in for bzImage\n"), 0o644)
+	write("rootfs.img", []byte("an ext4 image standing in for rootfs.img\n"), 0o644)
+	write("vmlinux", []byte("not part of the payload\n"), 0o644)
+	write("sbom.spdx.json", []byte(`{"spdxVersion": "SPDX-2.3"}`+"\n"), 0o644)
+	WriteManifest(tb, dir, name)
+	return dir
+}
+
+// WriteManifest (re)writes dir/manifest.json listing every other file below dir, one key per line
+// as mkimage writes it (install.sh reads it with awk).
+func WriteManifest(tb testing.TB, dir, name string) {
+	tb.Helper()
+	type output struct {
+		Path   string `json:"path"`
+		Size   int64  `json:"size"`
+		SHA256 string `json:"sha256"`
+	}
+	var outs []output
+	err := filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
+		if err != nil || d.IsDir() || d.Name() == "manifest.json" {
+			return err
+		}
+		data, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		r, _ := filepath.Rel(dir, p)
+		s := sha256.Sum256(data)
+		outs = append(outs, output{filepath.ToSlash(r), int64(len(data)), hex.EncodeToString(s[:])})
+		return nil
+	})
+	if err != nil {
+		tb.Fatal(err)
+	}
+	slices.SortFunc(outs, func(a, b output) int {
+		if a.Path < b.Path {
+			return -1
+		}
+		return 1
+	})
+	m := map[string]any{"image": map[string]string{"name": name, "version": "0.1.0"}, "source_date_epoch": 0, "outputs": outs}
+	data, err := json.MarshalIndent(m, "", "  ")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "manifest.json"), append(data, '\n'), 0o644); err != nil {
+		tb.Fatal(err)
+	}
+}

@@ -1,0 +1,86 @@
+package cli
+
+import (
+	"io"
+	"log"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/google/go-containerregistry/pkg/registry"
+
+	"github.com/allox-os/allox/deploy/fleet"
+	"github.com/allox-os/allox/internal/testenv"
+)
+
+// copyPayload copies from a real build the files mkimage push publishes (not vmlinux and the
+// other outputs a node does not need), so the test can write allox-deploy.yaml beside them.
+func copyPayload(t *testing.T, out string) string {
+	t.Helper()
+	dir := t.TempDir()
+	for _, pattern := range []string{"manifest.json", "sbom.spdx.json", "bzImage", "rootfs.img", "initramfs.cpio.gz", "kata/*", "kata/*/*", "kata/*/*/*"} {
+		matches, err := filepath.Glob(filepath.Join(out, pattern))
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range matches {
+			st, err := os.Stat(m)
+			if err != nil || st.IsDir() {
+				continue
+			}
+			data, err := os.ReadFile(m)
+			if err != nil {
+				t.Fatal(err)
+			}
+			r, _ := filepath.Rel(out, m)
+			p := filepath.Join(dir, r)
+			if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(p, data, st.Mode().Perm()); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	return dir
+}
+
+// mkimage push publishes a real build to an in-process registry, prints the digest-pinned
+// reference and writes the DaemonSet pinned to it; pushing again prints the same reference.
+func TestPush(t *testing.T) {
+	out := copyPayload(t, testenv.NeedOut(t, "manifest.json", "kata/install.sh", "bzImage"))
+	srv := httptest.NewServer(registry.New(registry.Logger(log.New(io.Discard, "", 0))))
+	defer srv.Close()
+	ref := strings.TrimPrefix(srv.URL, "http://") + "/allox/allox:test"
+	var pinned []string
+	for range 2 {
+		code, stdout, stderr := run(t, "push", "-out", out, "-insecure", ref)
+		if code != 0 {
+			t.Fatalf("mkimage push: exit %d\n%s", code, stderr)
+		}
+		t.Logf("mkimage push: %s%s", stdout, stderr)
+		pinned = append(pinned, strings.TrimSpace(stdout))
+	}
+	if !strings.Contains(pinned[0], "/allox/allox@sha256:") || pinned[0] != pinned[1] {
+		t.Fatalf("mkimage push printed %q then %q: want one digest-pinned reference", pinned[0], pinned[1])
+	}
+	ds, err := os.ReadFile(filepath.Join(out, fleet.DaemonSetFile))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(ds), "image: "+pinned[0]+"\n") {
+		t.Errorf("%s does not run %s", fleet.DaemonSetFile, pinned[0])
+	}
+}
+
+func TestPushUsage(t *testing.T) {
+	if code, _, stderr := run(t, "push", "-out", t.TempDir()); code != 2 || !strings.Contains(stderr, "usage: mkimage push") {
+		t.Errorf("push without REF: exit %d, %q; want the usage", code, stderr)
+	}
+	code, _, stderr := run(t, "push", "-out", t.TempDir(), "localhost:1/x:y")
+	if code != 1 || !strings.Contains(stderr, "manifest.json") {
+		t.Errorf("push of a directory that is no build: exit %d, %q; want an error naming manifest.json", code, stderr)
+	}
+}
