@@ -22,8 +22,8 @@ import (
 func Out(tb testing.TB, name string) string {
 	tb.Helper()
 	dir := tb.TempDir()
-	inst := kata.InstallDir(name)
-	files, err := kata.RenderDeployment(kata.Deployment{Name: name, Assets: kata.Assets{
+	inst := kata.InstallDir(name) + "/r1"
+	files, err := kata.RenderDeployment(kata.Deployment{Name: name, Release: "r1", Assets: kata.Assets{
 		Kernel: path.Join(inst, "bzImage"), Image: path.Join(inst, "rootfs.img"), RootfsType: "ext4",
 		KernelParams: []string{"cgroup_no_v1=all"}, DisableImageNvdimm: true,
 	}})
