@@ -55,7 +55,7 @@ func TestLimits(t *testing.T) {
 		privileged bool
 	}{
 		{"unprivileged", 500, 1000, false},  // raising oom_score_adj, a limit under the hard one
-		{"kata-agent", -997, 1048576, true}, // what the agent gets: needs CAP_SYS_RESOURCE
+		{"kata-agent", -997, 1048576, true}, // the agent's oom_score_adj; its limit is capped by the host's fs.nr_open
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if tc.privileged && !hasCapSysResource(t) {
@@ -152,31 +152,48 @@ func zombies(t *testing.T) []int {
 	return out
 }
 
-func TestWithAgent(t *testing.T) {
+func TestAgent(t *testing.T) {
 	root := t.TempDir()
 	daemon := manifest.Service{Name: "daemon", Command: []string{"/usr/bin/daemon"}, Restart: "always"}
-	if got, added, err := WithAgent(root, []manifest.Service{daemon}); added || err != nil || len(got) != 1 {
-		t.Fatalf("no agent binary: added=%v err=%v", added, err)
+	m := &manifest.Manifest{Services: []manifest.Service{daemon}}
+	if _, ok, err := Agent(root, m); ok || err != nil {
+		t.Fatalf("no agent binary, no kata_agent: ok=%v err=%v", ok, err)
 	}
+	// The manifest's kata_agent: Kata's unit, with its restart budget.
+	m.KataAgent = &manifest.KataAgent{Path: AgentPath, MaxRestarts: 2}
+	got, ok, err := Agent(root, m)
+	if !ok || err != nil {
+		t.Fatalf("kata_agent: ok=%v err=%v", ok, err)
+	}
+	want := manifest.Service{Name: "kata-agent", Command: []string{AgentPath}, Restart: manifest.RestartOnFailure,
+		MaxRestarts: 2, OOMScoreAdj: -997, NoFile: 1073741824, Critical: true, MemoryLow: 32 << 20}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("agent service (-want +got):\n%s", diff)
+	}
+	m.KataAgent.MaxRestarts = 0 // Kata's own behaviour: the first failure powers off
+	if got, _, _ := Agent(root, m); got.Restart != manifest.RestartNever || got.MaxRestarts != 0 {
+		t.Errorf("max_restarts 0: restart %q, max_restarts %d; want never, 0", got.Restart, got.MaxRestarts)
+	}
+	// No kata_agent, but a binary at AgentPath: supervised with the default budget.
+	m.KataAgent = nil
 	if err := os.MkdirAll(filepath.Join(root, "usr/bin"), 0o755); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.WriteFile(filepath.Join(root, AgentPath), nil, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	got, added, err := WithAgent(root, []manifest.Service{daemon})
-	if !added || err != nil {
-		t.Fatalf("added=%v err=%v", added, err)
-	}
-	if diff := cmp.Diff([]manifest.Service{daemon, Agent}, got); diff != "" {
-		t.Errorf("services (-want +got):\n%s", diff)
+	if got, ok, err := Agent(root, m); !ok || err != nil || got.MaxRestarts != DefaultAgentRestarts {
+		t.Errorf("agent found in the root: ok=%v err=%v max_restarts=%d", ok, err, got.MaxRestarts)
 	}
 	own := manifest.Service{Name: "agent", Command: []string{AgentPath, "--debug"}, Restart: "never"}
-	if _, added, _ := WithAgent(root, []manifest.Service{own}); added {
-		t.Error("added a second agent next to the manifest's own")
+	if _, ok, err := Agent(root, &manifest.Manifest{Services: []manifest.Service{own}}); ok || err != nil {
+		t.Errorf("a manifest service runs the agent itself: ok=%v err=%v; want no second agent", ok, err)
+	}
+	if _, _, err := Agent(root, &manifest.Manifest{Services: []manifest.Service{own}, KataAgent: &manifest.KataAgent{Path: AgentPath}}); err == nil {
+		t.Error("no error for a service that runs the agent beside kata_agent")
 	}
 	clash := manifest.Service{Name: "kata-agent", Command: []string{"/bin/true"}, Restart: "never"}
-	if _, _, err := WithAgent(root, []manifest.Service{clash}); err == nil {
+	if _, _, err := Agent(root, &manifest.Manifest{Services: []manifest.Service{clash}}); err == nil {
 		t.Error("no error for a service named kata-agent that does not run the agent")
 	}
 }
