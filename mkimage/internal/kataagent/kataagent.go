@@ -100,6 +100,17 @@ func Version(ctx context.Context, bin string) (string, error) {
 	return v, nil
 }
 
+// ShortVersion is the version number in a line of the real agent's form, "kata-agent version
+// 3.2.0 (api version: ...)", or the whole line when it has another form.
+func ShortVersion(line string) string {
+	if rest, ok := strings.CutPrefix(line, "kata-agent version "); ok {
+		if f := strings.Fields(rest); len(f) > 0 {
+			return f[0]
+		}
+	}
+	return line
+}
+
 func firstLine(pre, s, post string) string {
 	sc := bufio.NewScanner(strings.NewReader(s))
 	for sc.Scan() {
