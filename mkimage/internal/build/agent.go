@@ -55,7 +55,8 @@ func bringAgent(ctx context.Context, s *state) error {
 	}
 	v, err := kataagent.Version(ctx, dst)
 	if err != nil {
-		return fmt.Errorf("%s: %w; the build records the version the agent prints, so it must run on the build host (linux/amd64)", field, err)
+		return fmt.Errorf("%s %s: %w; the build records the version the agent prints, so it must run on the build host (linux/amd64)",
+			field, a.Binary+a.FromImage, err)
 	}
 	rec.Version = v
 	if rec.SHA256, err = kernel.HashFile(dst); err != nil {

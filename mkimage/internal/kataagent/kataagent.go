@@ -89,13 +89,13 @@ func Version(ctx context.Context, bin string) (string, error) {
 	err := cmd.Run()
 	switch {
 	case ctx.Err() != nil:
-		return "", fmt.Errorf("%s --version did not finish in %v", bin, VersionTimeout)
+		return "", fmt.Errorf("kata-agent --version did not finish in %v", VersionTimeout)
 	case err != nil:
-		return "", fmt.Errorf("%s --version: %w%s", bin, err, firstLine(" (", errOut.String(), ")"))
+		return "", fmt.Errorf("kata-agent --version: %w%s", err, firstLine(" (", errOut.String(), ")"))
 	}
 	v := firstLine("", out.String(), "")
 	if v == "" {
-		return "", fmt.Errorf("%s --version printed nothing on stdout; is it a kata-agent?", bin)
+		return "", errors.New("kata-agent --version printed nothing on stdout; is it a kata-agent?")
 	}
 	return v, nil
 }
