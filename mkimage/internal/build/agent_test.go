@@ -135,7 +135,7 @@ func TestSBOMAgent(t *testing.T) {
 	var doc struct {
 		Packages []struct {
 			SPDXID, Name, VersionInfo, PackageFileName, Comment string
-			Checksums                                          []struct{ Algorithm, ChecksumValue string }
+			Checksums                                           []struct{ Algorithm, ChecksumValue string }
 		}
 		Relationships []struct{ SpdxElementId, RelatedSpdxElement, RelationshipType string }
 	}

@@ -44,7 +44,7 @@ type state struct {
 	kernel   *kernel.Result
 	bins     []rootfs.Binary
 	agent    *rootfs.Binary // the kata-agent, when the spec brings one
-	files    []rootfs.File // data files for the image (plugin hash pins)
+	files    []rootfs.File  // data files for the image (plugin hash pins)
 	userland string
 	packages []rootfs.Package
 	tree     *initramfs.Tree
