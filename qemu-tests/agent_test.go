@@ -112,6 +112,14 @@ func TestKataAgentStarted(t *testing.T) {
 					t.Errorf("/proc/self/cgroup %q, want %q", r.Cgroup, want)
 				}
 			})
+			t.Run("container cgroups", func(t *testing.T) {
+				have := strings.Fields(r.ContainerControllers)
+				for _, c := range []string{"cpu", "cpuset", "io", "memory", "pids"} {
+					if !slices.Contains(have, c) {
+						t.Errorf("a cgroup the agent makes at the root has controllers %q, lacking %s: the root's cgroup.subtree_control must enable it for the containers", r.ContainerControllers, c)
+					}
+				}
+			})
 			t.Run("open-file limit", func(t *testing.T) {
 				if r.NoFileCur != 1073741824 || r.NoFileMax != 1073741824 {
 					t.Errorf("RLIMIT_NOFILE %d/%d, want 1073741824/1073741824 (LimitNOFILE)", r.NoFileCur, r.NoFileMax)
@@ -132,8 +140,11 @@ func TestKataAgentStarted(t *testing.T) {
 				store := b.consoleIndex(`msg="step done"`, `step="store `)
 				daemon := b.consoleIndex(`msg="service started"`, "service=workspace-daemon")
 				if agent < 0 || store < 0 || daemon < 0 || agent > store || agent > daemon {
-					t.Errorf("console lines: agent started at %d, store mounted at %d, daemon started at %d; want the agent first", agent, store, daemon)
+					t.Fatalf("console lines: agent started at %d, store mounted at %d, daemon started at %d; want the agent first", agent, store, daemon)
 				}
+				c := b.Console()
+				t.Logf("after QEMU start: agent started %.3fs, store mounted %.3fs, daemon started %.3fs",
+					c[agent].At.Seconds(), c[store].At.Seconds(), c[daemon].At.Seconds())
 			})
 			b.powerOff(ctx, t)
 		})

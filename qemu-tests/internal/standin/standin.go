@@ -40,6 +40,9 @@ type Report struct {
 	OOMScoreAdj string   `json:"oom_score_adj"`
 	PID         int      `json:"pid"`
 	PPID        int      `json:"ppid"`
+	// ContainerControllers is cgroup.controllers of a cgroup the stand-in made beside its own at
+	// the root (as the agent makes the containers' cgroups from their cgroupsPath), or the error.
+	ContainerControllers string `json:"container_controllers"`
 }
 
 // ParseLine reads a Report from a console line holding Marker (after init's "[kata-agent] ").

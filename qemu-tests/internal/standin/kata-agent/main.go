@@ -76,5 +76,21 @@ func report() standin.Report {
 	if b, err := os.ReadFile("/proc/self/oom_score_adj"); err == nil {
 		r.OOMScoreAdj = strings.TrimSpace(string(b))
 	}
+	r.ContainerControllers = containerControllers()
 	return r
+}
+
+// containerControllers makes a cgroup at the root of the hierarchy, as the agent does for a
+// container, and reads which controllers it has.
+func containerControllers() string {
+	dir := fmt.Sprintf("/sys/fs/cgroup/kata-standin-%d", os.Getpid())
+	if err := os.Mkdir(dir, 0o755); err != nil {
+		return "error: " + err.Error()
+	}
+	defer os.Remove(dir)
+	b, err := os.ReadFile(dir + "/cgroup.controllers")
+	if err != nil {
+		return "error: " + err.Error()
+	}
+	return strings.TrimSpace(string(b))
 }
