@@ -87,3 +87,11 @@ func copyExecutable(src, dst string) error {
 	}
 	return err
 }
+
+// agentRecord is the kata-agent the build brought, or nil.
+func (s *state) agentRecord() *KataAgent {
+	if s.prov == nil {
+		return nil
+	}
+	return s.prov.KataAgent
+}

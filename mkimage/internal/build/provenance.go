@@ -223,7 +223,12 @@ type indentWriter struct {
 	bol bool
 }
 
-func indent(w io.Writer) io.Writer { return &indentWriter{w: w, bol: true} }
+func indent(w io.Writer) io.Writer {
+	if w == nil {
+		return io.Discard
+	}
+	return &indentWriter{w: w, bol: true}
+}
 
 func (iw *indentWriter) Write(p []byte) (int, error) {
 	var b bytes.Buffer
