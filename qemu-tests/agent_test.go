@@ -10,6 +10,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/allox-os/allox/deploy/kata"
 	"github.com/allox-os/allox/internal/marker"
 	"github.com/allox-os/allox/internal/rpc"
 	"github.com/allox-os/allox/qemu-tests/internal/appliance"
@@ -54,6 +55,44 @@ func bootAgent(ctx context.Context, t *testing.T, m mode) *agentBoot {
 	url := fmt.Sprintf("http://127.0.0.1:%d", v.HostPort(a.info.RPCPort))
 	b := &booted{VM: v, app: a, url: url, token: token, rpc: newRPCClient(url, token)}
 	return &agentBoot{booted: b, agent: fmt.Sprintf("127.0.0.1:%d", v.HostPort(standin.Port))}
+}
+
+// bootAgentAsKata is bootAgent with the machine, devices and kernel command line Kata's Go runtime
+// uses (kataBoot), the agent.* parameters of a debug-enabled [agent.kata] among them.
+func bootAgentAsKata(ctx context.Context, t *testing.T, k kataBoot) *agentBoot {
+	t.Helper()
+	a := needApplianceIn(t, k.mode, filepath.Join(outDir(), agentOut))
+	token := newToken(t)
+	opt := k.options(t, a, blankDisk(t), token)
+	opt.HostFwd[standin.Port] = 0
+	v, err := vm.Start(ctx, t, opt)
+	if err != nil {
+		t.Fatalf("boot %s mode as Kata: %v", k.mode, err)
+	}
+	url := fmt.Sprintf("http://127.0.0.1:%d", v.HostPort(a.info.RPCPort))
+	b := &booted{VM: v, app: a, url: url, token: token, rpc: newRPCClient(url, token)}
+	return &agentBoot{booted: b, agent: fmt.Sprintf("127.0.0.1:%d", v.HostPort(standin.Port))}
+}
+
+// TestKataAgentUnderKataBoot boots the agent appliance as Kata does (NVDIMM image, and initrd) with
+// Kata's command line, agent.* included: init starts the agent there too, with Kata's limits.
+func TestKataAgentUnderKataBoot(t *testing.T) {
+	for _, k := range []kataBoot{
+		{mode: imageMode, nvdimm: true, agent: kata.Agent{Debug: true, DebugConsole: true}},
+		{mode: initrdMode, agent: kata.Agent{Debug: true}},
+	} {
+		t.Run(k.mode.String(), func(t *testing.T) {
+			ctx := testContext(t, bootBudget)
+			b := bootAgentAsKata(ctx, t, k)
+			b.waitReady(ctx, t)
+			r := b.report(ctx, t)
+			if !slices.Equal(r.Argv, []string{"/usr/bin/kata-agent"}) || r.NoFileMax != 1073741824 || r.OOMScoreAdj != "-997" || r.Cgroup != "0::/system/kata-agent" {
+				t.Errorf("stand-in under Kata's boot: %+v", r)
+			}
+			checkInitQuiet(t, b.VM)
+			b.powerOff(ctx, t)
+		})
+	}
 }
 
 // report waits for a stand-in whose pid is not in old and returns its report, asked over TCP
