@@ -129,6 +129,8 @@ func (a *app) prepareServices(m *manifest.Manifest) error {
 		Console:   a.console.Lossy(),
 		Notify:    a.event,
 		CgroupDir: a.sys.Path(boot.ServiceCgroupDir),
+		// Init itself, started again: see supervise.Trampoline.
+		Trampoline: "/proc/self/exe",
 	}, a.reaper, services)
 	return err
 }

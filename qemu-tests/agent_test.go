@@ -169,6 +169,19 @@ func TestKataAgentStarted(t *testing.T) {
 					t.Errorf("oom_score_adj %q, want -997 (OOMScoreAdjust)", r.OOMScoreAdj)
 				}
 			})
+			t.Run("limits at start", func(t *testing.T) {
+				// The report the stand-in printed as it started: init execs it with the limits
+				// already in place (supervise.Trampoline), not set from outside a moment later.
+				var first standin.Report
+				for _, l := range b.Console() {
+					if rep, ok := standin.ParseLine(l.Text); ok && rep.PID == r.PID {
+						first = rep
+					}
+				}
+				if first.PID == 0 || first.NoFileCur != 1073741824 || first.NoFileMax != 1073741824 || first.OOMScoreAdj != "-997" {
+					t.Errorf("console report at start %+v; want RLIMIT_NOFILE 1073741824 and oom_score_adj -997 from the first instruction", first)
+				}
+			})
 			t.Run("parent", func(t *testing.T) {
 				if r.PPID != 1 {
 					t.Errorf("ppid %d, want 1: init supervises the agent", r.PPID)

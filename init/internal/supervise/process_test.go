@@ -48,14 +48,21 @@ func TestEnvironmentIsClean(t *testing.T) {
 }
 
 func TestLimits(t *testing.T) {
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, tc := range []struct {
 		name       string
 		adj        int
 		nofile     uint64
 		privileged bool
+		trampoline string
 	}{
-		{"unprivileged", 500, 1000, false},  // raising oom_score_adj, a limit under the hard one
-		{"kata-agent", -997, 1048576, true}, // the agent's oom_score_adj; its limit is capped by the host's fs.nr_open
+		{"unprivileged", 500, 1000, false, ""},  // raising oom_score_adj, a limit under the hard one
+		{"kata-agent", -997, 1048576, true, ""}, // the agent's oom_score_adj; its limit is capped by the host's fs.nr_open
+		{"unprivileged through the trampoline", 500, 1000, false, exe},
+		{"kata-agent through the trampoline", -997, 1048576, true, exe},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if tc.privileged && !hasCapSysResource(t) {
@@ -64,10 +71,15 @@ func TestLimits(t *testing.T) {
 			}
 			svc := sh("limited", manifest.RestartNever, "exec sleep 100")
 			svc.OOMScoreAdj, svc.NoFile = tc.adj, tc.nofile
-			s, rec := start(t, Config{}, svc)
+			s, rec := start(t, Config{Trampoline: tc.trampoline}, svc)
 			rec.await(t, "limited ready", 1)
 			defer s.Stop()
 			pid := startedPID(rec)
+			for end := time.Now().Add(5 * time.Second); time.Now().Before(end); time.Sleep(10 * time.Millisecond) {
+				if comm, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid)); string(comm) == "sleep\n" {
+					break // the trampoline, if any, has exec'd the service
+				}
+			}
 			adj, _ := os.ReadFile(fmt.Sprintf("/proc/%d/oom_score_adj", pid))
 			if strings.TrimSpace(string(adj)) != strconv.Itoa(tc.adj) {
 				t.Errorf("oom_score_adj = %q, want %d", adj, tc.adj)
@@ -85,6 +97,31 @@ func TestLimits(t *testing.T) {
 			}
 			rec.mu.Unlock()
 		})
+	}
+}
+
+// TestLimitsFromTheFirstInstruction: through the trampoline a service reads its limits in its very
+// first command, where applying them from outside after the exec would race it.
+func TestLimitsFromTheFirstInstruction(t *testing.T) {
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	svc := sh("first", manifest.RestartNever, "cat /proc/self/oom_score_adj; ulimit -n; ulimit -Hn; echo $0 \"$@\"")
+	svc.Command = append(svc.Command, "argv0", "a b")
+	svc.OOMScoreAdj, svc.NoFile = 500, 1000
+	_, rec := start(t, Config{LogDir: dir, Trampoline: exe}, svc)
+	rec.await(t, "first done 0", 1)
+	got, _ := os.ReadFile(filepath.Join(dir, "first.log"))
+	if want := "500\n1000\n1000\nargv0 a b\n"; string(got) != want {
+		t.Errorf("the service's first output %q, want %q: limits and argv as the service sees them at once", got, want)
+	}
+	bad := manifest.Service{Name: "bad", Restart: manifest.RestartNever, Command: []string{"/bin/sh", "-c", "exit 0"}, NoFile: 1 << 62}
+	_, rec = start(t, Config{LogDir: dir, Trampoline: exe}, bad)
+	rec.await(t, "bad done 127", 1) // the trampoline refuses to start it with less than asked
+	if log, _ := os.ReadFile(filepath.Join(dir, "bad.log")); !strings.Contains(string(log), "allox-exec: RLIMIT_NOFILE") {
+		t.Errorf("bad.log %q; want the trampoline's reason", log)
 	}
 }
 

@@ -27,6 +27,10 @@ type Config struct {
 	// CgroupDir, if set, holds one cgroup per service (CgroupDir/<name>), into which its process
 	// is cloned (CLONE_INTO_CGROUP); a missing group only warns, and the service runs in init's.
 	CgroupDir string
+	// Trampoline, if set, is an executable that runs Trampoline first (init: /proc/self/exe):
+	// a service with NoFile or OOMScoreAdj starts through it and so runs with them from its first
+	// instruction. Empty: they are applied from outside right after the exec.
+	Trampoline string
 }
 
 // Supervisor runs a fixed list of services.
