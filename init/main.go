@@ -26,6 +26,10 @@ import (
 const testRootEnv = "ALLOX_INIT_TEST_ROOT"
 
 func main() {
+	if _, err := supervise.Trampoline(os.Args); err != nil { // only returns when it failed
+		fmt.Fprintln(os.Stderr, "allox init:", err)
+		os.Exit(127)
+	}
 	a, err := newApp(os.Getpid(), os.Getenv(testRootEnv))
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "allox init:", err)

@@ -27,6 +27,7 @@ type app struct {
 	sigs    chan os.Signal
 	reaper  *supervise.Reaper
 	sup     *supervise.Supervisor // nil until the services start
+	agent   bool                  // sup runs a kata-agent
 
 	killAll func(unix.Signal) error // nil outside PID 1
 	sync    func()
@@ -67,10 +68,20 @@ func (a *app) run() error {
 		return causeOf(ctx, err)
 	}
 	go a.reaper.Run(context.Background()) // from here on the reaper alone calls wait(2)
-	if err := a.startServices(&m); err != nil {
+	if err := a.prepareServices(&m); err != nil {
 		a.log.Error("step failed", "step", "start services", "err", err)
 		return &boot.StepError{Step: "start services", Err: err}
 	}
+	// The kata-agent first: Kata's runtime dials it on vsock as soon as the VM runs and gives up
+	// after 45 s, while the first boot's mkfs.btrfs of the store can take many seconds under TCG.
+	// The agent needs nothing of the store or of the workspace services.
+	if a.agent {
+		a.sup.Start(supervise.AgentName)
+	}
+	if err := boot.Run(ctx, a.sys, boot.StoreSteps(&m), a.report); err != nil {
+		return causeOf(ctx, err)
+	}
+	a.sup.Start()
 	booted := a.sup.Booted()
 	for {
 		select {
@@ -93,17 +104,22 @@ func causeOf(ctx context.Context, err error) error {
 	return err
 }
 
-func (a *app) startServices(m *manifest.Manifest) error {
-	order, err := m.StartOrder()
+// prepareServices builds the supervisor over the manifest's services, with the kata-agent (when
+// the image has one) first in start order, so that it is stopped last. Nothing starts yet.
+func (a *app) prepareServices(m *manifest.Manifest) error {
+	services, err := m.StartOrder()
 	if err != nil {
 		return err
 	}
-	services, added, err := supervise.WithAgent(a.sys.Root, order)
+	agent, ok, err := supervise.Agent(a.sys.Root, m)
 	if err != nil {
 		return err
 	}
-	if added {
-		a.log.Info("supervising the kata-agent", "path", supervise.AgentPath)
+	if ok {
+		a.agent = true
+		services = append([]manifest.Service{agent}, services...)
+		a.log.Info("supervising the kata-agent", "path", agent.Command[0], "max_restarts", agent.MaxRestarts)
+		_ = boot.Run(context.Background(), a.sys, boot.AgentSteps(agent.NoFile), a.report)
 	}
 	// Optional steps only warn: a service without its own group runs in init's.
 	_ = boot.Run(context.Background(), a.sys, boot.ServiceGroups(services), a.report)
@@ -113,12 +129,10 @@ func (a *app) startServices(m *manifest.Manifest) error {
 		Console:   a.console.Lossy(),
 		Notify:    a.event,
 		CgroupDir: a.sys.Path(boot.ServiceCgroupDir),
+		// Init itself, started again: see supervise.Trampoline.
+		Trampoline: "/proc/self/exe",
 	}, a.reaper, services)
-	if err != nil {
-		return err
-	}
-	a.sup.Start()
-	return nil
+	return err
 }
 
 // handle takes the machine down: services, processes, sync, unmounts, then power off or reboot.

@@ -46,6 +46,18 @@ type BootInfo struct {
 	// root=/dev/pmem0p1 with rootflags=dax,... ImageCmdline stays the virtio-blk view (/dev/vda1),
 	// which the same image also boots with.
 	Nvdimm bool `json:"nvdimm"`
+	// KataAgent is the kata-agent in the image and init's restart budget for it (nil: none).
+	KataAgent *KataAgent `json:"kata_agent,omitempty"`
+	// RequireAgent says the spec is for a Kata runtime (kata.require_agent): an image without an
+	// agent fails `mkimage kata-check` instead of drawing a warning.
+	RequireAgent bool `json:"require_agent,omitempty"`
+}
+
+// KataAgent is the image's kata-agent as a launcher sees it.
+type KataAgent struct {
+	Path        string `json:"path"`
+	Version     string `json:"version"`
+	MaxRestarts int    `json:"max_restarts"`
 }
 
 // ReadBootInfo reads dir/boot.json.

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 )
 
 // Path is where mkimage places the manifest inside the image.
@@ -36,6 +37,18 @@ type Manifest struct {
 	Network  *Network  `json:"network,omitempty"`
 	FwCfg    []FwCfg   `json:"fw_cfg,omitempty"`
 	Services []Service `json:"services"`
+	// KataAgent is the kata-agent mkimage put into the image (nil: none). Init supervises it
+	// itself, started before the workspace store and the services.
+	KataAgent *KataAgent `json:"kata_agent,omitempty"`
+}
+
+// KataAgent is how init runs the image's kata-agent.
+type KataAgent struct {
+	Path string `json:"path"` // /usr/bin/kata-agent
+	// MaxRestarts is how many times init restarts the agent after it failed (a non-zero status or
+	// a signal) before the next failure powers the VM off, as Kata's FailureAction=poweroff does
+	// at once. 0: no restart. An agent that exits 0 is done: the VM powers off.
+	MaxRestarts int `json:"max_restarts"`
 }
 
 // Image names the image the manifest belongs to.
@@ -78,7 +91,9 @@ type Service struct {
 	Env     map[string]string `json:"env,omitempty"`
 	After   []string          `json:"after,omitempty"`
 	Restart string            `json:"restart"`
-	Ready   *Ready            `json:"ready,omitempty"`
+	// MaxRestarts bounds the restarts per boot (0: no bound); once spent, the next exit is final.
+	MaxRestarts int    `json:"max_restarts,omitempty"`
+	Ready       *Ready `json:"ready,omitempty"`
 	// OOMScoreAdj and NoFile are applied to the service (the kata-agent needs -997 and a high limit).
 	OOMScoreAdj int    `json:"oom_score_adj,omitempty"`
 	NoFile      uint64 `json:"nofile,omitempty"`
@@ -159,7 +174,18 @@ func (m *Manifest) Validate() error {
 			errs = append(errs, fmt.Errorf("service %q: ready needs exactly one of tcp or path", s.Name))
 		}
 	}
+	if a := m.KataAgent; a != nil {
+		if !strings.HasPrefix(a.Path, "/") {
+			errs = append(errs, fmt.Errorf("kata_agent.path %q is not absolute", a.Path))
+		}
+		if a.MaxRestarts < 0 {
+			errs = append(errs, fmt.Errorf("kata_agent.max_restarts %d is negative", a.MaxRestarts))
+		}
+	}
 	for _, s := range m.Services {
+		if s.MaxRestarts < 0 {
+			errs = append(errs, fmt.Errorf("service %q: max_restarts %d is negative", s.Name, s.MaxRestarts))
+		}
 		for _, a := range s.After {
 			if !names[a] {
 				errs = append(errs, fmt.Errorf("service %q: after names unknown service %q", s.Name, a))

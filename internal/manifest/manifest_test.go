@@ -21,6 +21,7 @@ func sample() *Manifest {
 			{Name: "db", Command: []string{"/bin/db"}, Env: map[string]string{"B": "2", "A": "1"}, Restart: RestartOnFailure},
 			{Name: "cron", Command: []string{"/bin/cron"}, Restart: RestartNever},
 		},
+		KataAgent: &KataAgent{Path: "/usr/bin/kata-agent", MaxRestarts: 3},
 	}
 }
 
@@ -73,6 +74,8 @@ func TestDecodeRejects(t *testing.T) {
 		"duplicate name":  {strings.Replace(text, `"name": "cron"`, `"name": "db"`, 1), `"db" is used twice`},
 		"two ready kinds": {strings.Replace(text, `"tcp": "127.0.0.1:80"`, `"tcp": "127.0.0.1:80", "path": "/x"`, 1), "exactly one of tcp or path"},
 		"not json":        {"version: 1", "decode manifest"},
+		"relative agent":  {strings.Replace(text, `"path": "/usr/bin/kata-agent"`, `"path": "kata-agent"`, 1), `kata_agent.path "kata-agent" is not absolute`},
+		"negative budget": {strings.Replace(text, `"max_restarts": 3`, `"max_restarts": -1`, 1), "kata_agent.max_restarts -1 is negative"},
 	}
 	for name, tc := range tests {
 		t.Run(name, func(t *testing.T) {

@@ -2,7 +2,8 @@ package boot
 
 import "github.com/allox-os/allox/internal/manifest"
 
-// Late is the table that the manifest decides: host name, network, fw_cfg blobs and the store.
+// Late is the table that the manifest decides before any service starts: host name, loopback,
+// network and fw_cfg blobs. The store comes after (StoreSteps), once the kata-agent runs.
 func Late(m *manifest.Manifest) []Step {
 	steps := []Step{
 		Opt{Hostname{m.Hostname}},
@@ -14,5 +15,14 @@ func Late(m *manifest.Manifest) []Step {
 	for _, f := range m.FwCfg {
 		steps = append(steps, Opt{FwCfg{f}})
 	}
-	return append(steps, Store{m.Store})
+	return steps
+}
+
+// StoreSteps mounts the workspace store (formatting a blank disk on the first boot).
+func StoreSteps(m *manifest.Manifest) []Step { return []Step{Store{m.Store}} }
+
+// AgentSteps prepare the kernel for the kata-agent: fs.nr_open raised to its open-file limit
+// (the kernel refuses an RLIMIT_NOFILE above fs.nr_open, 1048576 by default).
+func AgentSteps(nofile uint64) []Step {
+	return []Step{Opt{RaiseSysctl{"fs/nr_open", int64(nofile)}}}
 }

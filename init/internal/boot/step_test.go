@@ -40,7 +40,8 @@ func tableText(steps []Step) string {
 
 func TestTableGolden(t *testing.T) {
 	steps := append(Early(), ReadManifest{Path: manifest.Path})
-	got := tableText(append(steps, Late(testManifest())...))
+	m := testManifest()
+	got := tableText(append(append(steps, Late(m)...), StoreSteps(m)...))
 	golden := filepath.Join("testdata", "steps.golden")
 	if *update {
 		if err := os.WriteFile(golden, []byte(got), 0o644); err != nil {
@@ -60,7 +61,7 @@ func TestLateWithoutNetwork(t *testing.T) {
 	m := testManifest()
 	m.Network, m.FwCfg = &manifest.Network{Interface: "eth0"}, nil
 	got := tableText(Late(m))
-	want := "(optional) hostname allox\nip link set lo up\n" + Store{m.Store}.String() + "\n"
+	want := "(optional) hostname allox\nip link set lo up\n"
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("Late (-want +got):\n%s", diff)
 	}
@@ -152,5 +153,24 @@ func TestRootMount(t *testing.T) {
 	}
 	if !Required(RootMount{}) {
 		t.Error("RootMount must be required")
+	}
+}
+
+func TestRaiseSysctl(t *testing.T) {
+	f := &fake{}
+	sys := f.sys(t)
+	write(t, sys.Root, "/proc/sys/fs/nr_open", "1048576\n")
+	step := RaiseSysctl{"fs/nr_open", 1 << 30}
+	if got, want := step.String(), "sysctl fs.nr_open >= 1073741824"; got != want {
+		t.Errorf("String() = %q, want %q", got, want)
+	}
+	if err := step.Run(context.Background(), sys); err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := os.ReadFile(filepath.Join(sys.Root, "proc/sys/fs/nr_open")); string(b) != "1073741824" {
+		t.Errorf("nr_open = %q, want 1073741824", b)
+	}
+	if err := (RaiseSysctl{"fs/nr_open", 4096}).Run(context.Background(), sys); !errors.Is(err, ErrSkipped) {
+		t.Errorf("lowering: %v; want a skip that leaves the larger value", err)
 	}
 }

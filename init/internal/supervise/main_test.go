@@ -19,6 +19,10 @@ import (
 var reaper *Reaper
 
 func TestMain(m *testing.M) {
+	if _, err := Trampoline(os.Args); err != nil { // this binary is the tests' trampoline, as init is
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(127)
+	}
 	if addr := os.Getenv("SUPERVISE_TEST_LISTEN"); addr != "" {
 		listenHelper(addr)
 		return

@@ -1,10 +1,14 @@
 package supervise
 
 import (
+	"errors"
 	"time"
 
 	"github.com/allox-os/allox/internal/manifest"
 )
+
+// ErrRestartBudget says a service failed once more after its last allowed restart (MaxRestarts).
+var ErrRestartBudget = errors.New("restart budget spent")
 
 // restarts reports whether a service that ended with status runs again.
 func restarts(policy string, status int) bool {

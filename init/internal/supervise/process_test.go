@@ -48,14 +48,21 @@ func TestEnvironmentIsClean(t *testing.T) {
 }
 
 func TestLimits(t *testing.T) {
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, tc := range []struct {
 		name       string
 		adj        int
 		nofile     uint64
 		privileged bool
+		trampoline string
 	}{
-		{"unprivileged", 500, 1000, false},  // raising oom_score_adj, a limit under the hard one
-		{"kata-agent", -997, 1048576, true}, // what the agent gets: needs CAP_SYS_RESOURCE
+		{"unprivileged", 500, 1000, false, ""},  // raising oom_score_adj, a limit under the hard one
+		{"kata-agent", -997, 1048576, true, ""}, // the agent's oom_score_adj; its limit is capped by the host's fs.nr_open
+		{"unprivileged through the trampoline", 500, 1000, false, exe},
+		{"kata-agent through the trampoline", -997, 1048576, true, exe},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			if tc.privileged && !hasCapSysResource(t) {
@@ -64,10 +71,15 @@ func TestLimits(t *testing.T) {
 			}
 			svc := sh("limited", manifest.RestartNever, "exec sleep 100")
 			svc.OOMScoreAdj, svc.NoFile = tc.adj, tc.nofile
-			s, rec := start(t, Config{}, svc)
+			s, rec := start(t, Config{Trampoline: tc.trampoline}, svc)
 			rec.await(t, "limited ready", 1)
 			defer s.Stop()
 			pid := startedPID(rec)
+			for end := time.Now().Add(5 * time.Second); time.Now().Before(end); time.Sleep(10 * time.Millisecond) {
+				if comm, _ := os.ReadFile(fmt.Sprintf("/proc/%d/comm", pid)); string(comm) == "sleep\n" {
+					break // the trampoline, if any, has exec'd the service
+				}
+			}
 			adj, _ := os.ReadFile(fmt.Sprintf("/proc/%d/oom_score_adj", pid))
 			if strings.TrimSpace(string(adj)) != strconv.Itoa(tc.adj) {
 				t.Errorf("oom_score_adj = %q, want %d", adj, tc.adj)
@@ -85,6 +97,31 @@ func TestLimits(t *testing.T) {
 			}
 			rec.mu.Unlock()
 		})
+	}
+}
+
+// TestLimitsFromTheFirstInstruction: through the trampoline a service reads its limits in its very
+// first command, where applying them from outside after the exec would race it.
+func TestLimitsFromTheFirstInstruction(t *testing.T) {
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	svc := sh("first", manifest.RestartNever, "cat /proc/self/oom_score_adj; ulimit -n; ulimit -Hn; echo $0 \"$@\"")
+	svc.Command = append(svc.Command, "argv0", "a b")
+	svc.OOMScoreAdj, svc.NoFile = 500, 1000
+	_, rec := start(t, Config{LogDir: dir, Trampoline: exe}, svc)
+	rec.await(t, "first done 0", 1)
+	got, _ := os.ReadFile(filepath.Join(dir, "first.log"))
+	if want := "500\n1000\n1000\nargv0 a b\n"; string(got) != want {
+		t.Errorf("the service's first output %q, want %q: limits and argv as the service sees them at once", got, want)
+	}
+	bad := manifest.Service{Name: "bad", Restart: manifest.RestartNever, Command: []string{"/bin/sh", "-c", "exit 0"}, NoFile: 1 << 62}
+	_, rec = start(t, Config{LogDir: dir, Trampoline: exe}, bad)
+	rec.await(t, "bad done 127", 1) // the trampoline refuses to start it with less than asked
+	if log, _ := os.ReadFile(filepath.Join(dir, "bad.log")); !strings.Contains(string(log), "allox-exec: RLIMIT_NOFILE") {
+		t.Errorf("bad.log %q; want the trampoline's reason", log)
 	}
 }
 
@@ -152,31 +189,48 @@ func zombies(t *testing.T) []int {
 	return out
 }
 
-func TestWithAgent(t *testing.T) {
+func TestAgent(t *testing.T) {
 	root := t.TempDir()
 	daemon := manifest.Service{Name: "daemon", Command: []string{"/usr/bin/daemon"}, Restart: "always"}
-	if got, added, err := WithAgent(root, []manifest.Service{daemon}); added || err != nil || len(got) != 1 {
-		t.Fatalf("no agent binary: added=%v err=%v", added, err)
+	m := &manifest.Manifest{Services: []manifest.Service{daemon}}
+	if _, ok, err := Agent(root, m); ok || err != nil {
+		t.Fatalf("no agent binary, no kata_agent: ok=%v err=%v", ok, err)
 	}
+	// The manifest's kata_agent: Kata's unit, with its restart budget.
+	m.KataAgent = &manifest.KataAgent{Path: AgentPath, MaxRestarts: 2}
+	got, ok, err := Agent(root, m)
+	if !ok || err != nil {
+		t.Fatalf("kata_agent: ok=%v err=%v", ok, err)
+	}
+	want := manifest.Service{Name: "kata-agent", Command: []string{AgentPath}, Restart: manifest.RestartOnFailure,
+		MaxRestarts: 2, OOMScoreAdj: -997, NoFile: 1073741824, Critical: true, MemoryLow: 32 << 20}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("agent service (-want +got):\n%s", diff)
+	}
+	m.KataAgent.MaxRestarts = 0 // Kata's own behaviour: the first failure powers off
+	if got, _, _ := Agent(root, m); got.Restart != manifest.RestartNever || got.MaxRestarts != 0 {
+		t.Errorf("max_restarts 0: restart %q, max_restarts %d; want never, 0", got.Restart, got.MaxRestarts)
+	}
+	// No kata_agent, but a binary at AgentPath: supervised with the default budget.
+	m.KataAgent = nil
 	if err := os.MkdirAll(filepath.Join(root, "usr/bin"), 0o755); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.WriteFile(filepath.Join(root, AgentPath), nil, 0o755); err != nil {
 		t.Fatal(err)
 	}
-	got, added, err := WithAgent(root, []manifest.Service{daemon})
-	if !added || err != nil {
-		t.Fatalf("added=%v err=%v", added, err)
-	}
-	if diff := cmp.Diff([]manifest.Service{daemon, Agent}, got); diff != "" {
-		t.Errorf("services (-want +got):\n%s", diff)
+	if got, ok, err := Agent(root, m); !ok || err != nil || got.MaxRestarts != DefaultAgentRestarts {
+		t.Errorf("agent found in the root: ok=%v err=%v max_restarts=%d", ok, err, got.MaxRestarts)
 	}
 	own := manifest.Service{Name: "agent", Command: []string{AgentPath, "--debug"}, Restart: "never"}
-	if _, added, _ := WithAgent(root, []manifest.Service{own}); added {
-		t.Error("added a second agent next to the manifest's own")
+	if _, ok, err := Agent(root, &manifest.Manifest{Services: []manifest.Service{own}}); ok || err != nil {
+		t.Errorf("a manifest service runs the agent itself: ok=%v err=%v; want no second agent", ok, err)
+	}
+	if _, _, err := Agent(root, &manifest.Manifest{Services: []manifest.Service{own}, KataAgent: &manifest.KataAgent{Path: AgentPath}}); err == nil {
+		t.Error("no error for a service that runs the agent beside kata_agent")
 	}
 	clash := manifest.Service{Name: "kata-agent", Command: []string{"/bin/true"}, Restart: "never"}
-	if _, _, err := WithAgent(root, []manifest.Service{clash}); err == nil {
+	if _, _, err := Agent(root, &manifest.Manifest{Services: []manifest.Service{clash}}); err == nil {
 		t.Error("no error for a service named kata-agent that does not run the agent")
 	}
 }

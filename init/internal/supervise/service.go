@@ -22,6 +22,7 @@ type service struct {
 
 	mu        sync.Mutex
 	proc      *os.Process // the running process, nil between runs
+	launched  atomic.Bool // run has been called
 	started   atomic.Bool // a process has been started at least once
 	kick      chan struct{}
 	ready     chan struct{} // closed when readiness is decided
@@ -53,14 +54,19 @@ func (v *service) run() {
 	}
 	go v.watchReady()
 	var delay time.Duration
-	for !v.sup.isStopping() {
+	for n := 0; !v.sup.isStopping(); n++ {
 		began := time.Now()
 		status := v.runOnce()
 		v.emit(Event{Kind: Exited, Status: status})
 		if v.sup.isStopping() {
 			return
 		}
-		if !restarts(v.spec.Restart, status) {
+		again := restarts(v.spec.Restart, status)
+		if again && v.spec.MaxRestarts > 0 && n >= v.spec.MaxRestarts {
+			again = false
+			v.emit(Event{Kind: Warning, Status: status, Err: fmt.Errorf("%w: restarted %d times, the most max_restarts allows", ErrRestartBudget, n)})
+		}
+		if !again {
 			if !v.isReady() {
 				v.decide(false, fmt.Errorf("ended with status %d before %s", status, v.readyText()))
 			}
@@ -142,6 +148,9 @@ func (v *service) signal(sig unix.Signal, group bool) {
 
 // terminate stops the service; run must return (done) within the bounds.
 func (v *service) terminate(timeout time.Duration) {
+	if v.launched.CompareAndSwap(false, true) { // never started: now it never will
+		return
+	}
 	v.signal(unix.SIGTERM, false)
 	select {
 	case <-v.done:

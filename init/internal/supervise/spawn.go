@@ -40,8 +40,13 @@ func (v *service) spawn() (proc *os.Process, exit <-chan unix.WaitStatus, outDon
 		defer group.Close()
 		attr.Sys.UseCgroupFD, attr.Sys.CgroupFD = true, int(group.Fd())
 	}
+	exe, argv := path, v.spec.Command
+	limited := v.spec.NoFile > 0 || v.spec.OOMScoreAdj != 0
+	if limited && v.sup.cfg.Trampoline != "" {
+		exe, argv = v.sup.cfg.Trampoline, trampolineArgv(&serviceLimits{v.spec.NoFile, v.spec.OOMScoreAdj}, path, v.spec.Command)
+	}
 	_, exit, err = v.sup.reaper.Start(func() (int, error) {
-		p, err := os.StartProcess(path, v.spec.Command, attr)
+		p, err := os.StartProcess(exe, argv, attr)
 		if err != nil {
 			return 0, err
 		}
@@ -51,8 +56,10 @@ func (v *service) spawn() (proc *os.Process, exit <-chan unix.WaitStatus, outDon
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	if err := v.limit(proc.Pid); err != nil {
-		v.emit(Event{Kind: Warning, PID: proc.Pid, Err: err})
+	if limited && v.sup.cfg.Trampoline == "" {
+		if err := v.limit(proc.Pid); err != nil {
+			v.emit(Event{Kind: Warning, PID: proc.Pid, Err: err})
+		}
 	}
 	return proc, exit, outDone, nil
 }
@@ -79,8 +86,8 @@ func (v *service) cgroup() *os.File {
 	return f
 }
 
-// limit applies NoFile and OOMScoreAdj to the running process. It runs right after exec, before
-// the service can have started anything of its own.
+// limit applies NoFile and OOMScoreAdj to the running process right after exec, when no
+// Trampoline is configured (a service may run a few instructions with the defaults first).
 func (v *service) limit(pid int) error {
 	var errs []error
 	if n := v.spec.NoFile; n > 0 {

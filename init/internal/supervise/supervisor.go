@@ -3,6 +3,7 @@ package supervise
 import (
 	"fmt"
 	"io"
+	"slices"
 	"sync"
 	"time"
 
@@ -26,6 +27,10 @@ type Config struct {
 	// CgroupDir, if set, holds one cgroup per service (CgroupDir/<name>), into which its process
 	// is cloned (CLONE_INTO_CGROUP); a missing group only warns, and the service runs in init's.
 	CgroupDir string
+	// Trampoline, if set, is an executable that runs Trampoline first (init: /proc/self/exe):
+	// a service with NoFile or OOMScoreAdj starts through it and so runs with them from its first
+	// instruction. Empty: they are applied from outside right after the exec.
+	Trampoline string
 }
 
 // Supervisor runs a fixed list of services.
@@ -35,6 +40,7 @@ type Supervisor struct {
 	services []*service
 	stopping chan struct{}
 	stopOnce sync.Once
+	bootOnce sync.Once
 	critical chan string
 	booted   chan struct{}
 }
@@ -79,17 +85,23 @@ func or(d, def time.Duration) time.Duration {
 	return d
 }
 
-// Start launches every service; each waits for the readiness of the services it is After.
-func (s *Supervisor) Start() {
+// Start launches the named services, or with no name every service not launched yet; each waits
+// for the readiness of the services it is After. Init starts the kata-agent first, alone, and the
+// others once the store is mounted.
+func (s *Supervisor) Start(names ...string) {
+	s.bootOnce.Do(func() {
+		go func() {
+			for _, v := range s.services {
+				<-v.ready
+			}
+			close(s.booted)
+		}()
+	})
 	for _, v := range s.services {
-		go v.run()
-	}
-	go func() {
-		for _, v := range s.services {
-			<-v.ready
+		if (len(names) == 0 || slices.Contains(names, v.spec.Name)) && v.launched.CompareAndSwap(false, true) {
+			go v.run()
 		}
-		close(s.booted)
-	}()
+	}
 }
 
 // Booted is closed once every service has been started and became ready or failed to in time.

@@ -1,6 +1,7 @@
 package supervise
 
 import (
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -90,6 +91,78 @@ func TestCriticalEndsForGood(t *testing.T) {
 		}
 	case <-time.After(10 * time.Second):
 		t.Fatal("no critical exit reported")
+	}
+}
+
+// TestRestartBudget: a critical service that keeps failing is restarted MaxRestarts times, then
+// ends for good and is reported critical (init powers off); one that exits 0 is not restarted.
+func TestRestartBudget(t *testing.T) {
+	svc := sh("agent", manifest.RestartOnFailure, "exit 3")
+	svc.Critical, svc.MaxRestarts = true, 2
+	s, rec := start(t, Config{}, svc)
+	select {
+	case <-s.Critical():
+	case <-time.After(10 * time.Second):
+		t.Fatal("no critical exit after the budget was spent")
+	}
+	got := rec.lines(Started, Exited, Restarting, Done)
+	want := []string{"agent started", "agent exited 3", "agent restarting", "agent started", "agent exited 3",
+		"agent restarting", "agent started", "agent exited 3", "agent done 3"}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("events (-want +got):\n%s", diff)
+	}
+	warned := false
+	rec.mu.Lock()
+	for _, e := range rec.events {
+		warned = warned || e.Kind == Warning && errors.Is(e.Err, ErrRestartBudget)
+	}
+	rec.mu.Unlock()
+	if !warned {
+		t.Error("no warning that the restart budget is spent")
+	}
+
+	ok := sh("finished", manifest.RestartOnFailure, "exit 0")
+	ok.Critical, ok.MaxRestarts = true, 5
+	s, rec = start(t, Config{}, ok)
+	select {
+	case <-s.Critical():
+	case <-time.After(10 * time.Second):
+		t.Fatal("an agent that exited 0 was not final")
+	}
+	if got := rec.lines(Started); len(got) != 1 {
+		t.Errorf("started %d times; want once: exit 0 is not a failure", len(got))
+	}
+}
+
+// TestStartOneFirst: Start(name) runs that service alone; Start() the rest, once; Stop before
+// the rest started does not wait for them.
+func TestStartOneFirst(t *testing.T) {
+	rec := newRecorder()
+	s, err := New(Config{Notify: rec.notify, StopTimeout: 2 * time.Second}, reaper, []manifest.Service{
+		sh("agent", manifest.RestartNever, "exec sleep 100"), sh("daemon", manifest.RestartNever, "exec sleep 100")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Start("agent")
+	rec.await(t, "agent ready", 1)
+	time.Sleep(100 * time.Millisecond)
+	if got := rec.lines(Started); len(got) != 1 {
+		t.Fatalf("started %q; want the agent alone", got)
+	}
+	select {
+	case <-s.Booted():
+		t.Fatal("booted before the other services started")
+	default:
+	}
+	began := time.Now()
+	s.Stop()
+	if d := time.Since(began); d > 3*time.Second {
+		t.Errorf("Stop took %v: it waited for a service that never started", d)
+	}
+	s.Start() // after Stop: nothing more runs
+	time.Sleep(100 * time.Millisecond)
+	if got := rec.lines(Started); len(got) != 1 {
+		t.Errorf("started %q after Stop; want the agent alone", got)
 	}
 }
 

@@ -43,7 +43,8 @@ type state struct {
 	work     string // scratch space, removed at the end
 	kernel   *kernel.Result
 	bins     []rootfs.Binary
-	files    []rootfs.File // data files for the image (plugin hash pins)
+	agent    *rootfs.Binary // the kata-agent, when the spec brings one
+	files    []rootfs.File  // data files for the image (plugin hash pins)
 	userland string
 	packages []rootfs.Package
 	tree     *initramfs.Tree
@@ -60,6 +61,7 @@ type stage struct {
 var stages = []stage{
 	{"kernel", buildKernel},
 	{"go binaries", buildBinaries},
+	{"kata agent", bringAgent},
 	{"debian userland", fetchUserland},
 	{"stage rootfs", stageRootfs},
 	{"rootfs disk image", writeDisk},

@@ -115,6 +115,10 @@ func writeBootInfo(ctx context.Context, s *state) error {
 		Nvdimm:             img.Kata.Nvdimm && img.Kata.BootMode == spec.BootImage,
 	}
 	bi.RPCPort, bi.TokenFwCfg = hostListener(img)
+	if a := s.agentRecord(); a != nil {
+		bi.KataAgent = &artifact.KataAgent{Path: a.Path, Version: a.Version, MaxRestarts: a.MaxRestarts}
+	}
+	bi.RequireAgent = img.Kata.RequireAgent
 	for _, svc := range img.Services {
 		if svc.Ready != nil {
 			bi.ReadyServices = append(bi.ReadyServices, svc.Name)

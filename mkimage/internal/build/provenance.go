@@ -29,6 +29,7 @@ type Provenance struct {
 	Inputs          []Input          `json:"inputs"`
 	Packages        []rootfs.Package `json:"debian_packages"`
 	GoBinaries      []GoBinary       `json:"go_binaries"`
+	KataAgent       *KataAgent       `json:"kata_agent,omitempty"`
 	Outputs         []Output         `json:"outputs"`
 }
 
@@ -48,7 +49,7 @@ type KernelSource struct {
 
 // Input is one thing the build read.
 type Input struct {
-	Kind   string `json:"kind"` // spec, fragment, patch, allowlist, kernel-source, debian-userland, go-binary
+	Kind   string `json:"kind"` // spec, fragment, patch, allowlist, kernel-source, debian-userland, go-binary, kata-agent-binary, kata-agent-from_image
 	Name   string `json:"name"`
 	Detail string `json:"detail,omitempty"`
 	SHA256 string `json:"sha256"`
@@ -222,7 +223,12 @@ type indentWriter struct {
 	bol bool
 }
 
-func indent(w io.Writer) io.Writer { return &indentWriter{w: w, bol: true} }
+func indent(w io.Writer) io.Writer {
+	if w == nil {
+		return io.Discard
+	}
+	return &indentWriter{w: w, bol: true}
+}
 
 func (iw *indentWriter) Write(p []byte) (int, error) {
 	var b bytes.Buffer

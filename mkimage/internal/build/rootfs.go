@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"time"
 
 	"github.com/allox-os/allox/initramfs"
@@ -39,7 +40,11 @@ func stageRootfs(ctx context.Context, s *state) error {
 	}
 	mounts := append([]string{}, rootfs.DefaultMountpoints...)
 	mounts = append(mounts, "/sys/fs/cgroup", "/var/lib/allox", s.opt.Spec.Init.Store.Mountpoint)
-	ov := rootfs.Overlay{Binaries: s.bins, Files: s.files, Manifest: man.Bytes(), Hostname: s.opt.Spec.Init.Hostname, Mountpoints: mounts}
+	bins := s.bins
+	if s.agent != nil {
+		bins = append(slices.Clone(bins), *s.agent)
+	}
+	ov := rootfs.Overlay{Binaries: bins, Files: s.files, Manifest: man.Bytes(), Hostname: s.opt.Spec.Init.Hostname, Mountpoints: mounts}
 	if err := ov.Apply(tree); err != nil {
 		return err
 	}

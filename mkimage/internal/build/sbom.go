@@ -12,6 +12,7 @@ import (
 	"github.com/spdx/tools-golang/spdx/v2/common"
 	spdx "github.com/spdx/tools-golang/spdx/v2/v2_3"
 
+	"github.com/allox-os/allox/mkimage/internal/kataagent"
 	"github.com/allox-os/allox/rootfs"
 )
 
@@ -54,6 +55,9 @@ func EncodeSBOM(p *Provenance) ([]byte, error) {
 			}
 			doc.Relationships = append(doc.Relationships, relate(bin.PackageSPDXIdentifier, pkg.PackageSPDXIdentifier, "CONTAINS"))
 		}
+	}
+	if a := p.KataAgent; a != nil {
+		add(agentPackage(a))
 	}
 	var buf bytes.Buffer
 	if err := spdxjson.Write(doc, &buf, spdxjson.Indent("  ")); err != nil {
@@ -129,6 +133,20 @@ func binaryPackage(p *Provenance, b GoBinary) *spdx.Package {
 			pkg.PackageChecksums = []common.Checksum{{Algorithm: common.SHA256, Value: in.SHA256}}
 		}
 	}
+	return pkg
+}
+
+// agentPackage is the kata-agent: not built here, so its version is what it printed and its
+// origin the file the spec named.
+func agentPackage(a *KataAgent) *spdx.Package {
+	pkg := newPackage("Package-kata-agent", "kata-agent", kataagent.ShortVersion(a.Version))
+	pkg.PackageFileName = a.Path
+	pkg.PackageChecksums = []common.Checksum{{Algorithm: common.SHA256, Value: a.SHA256}}
+	pkg.PackageComment = fmt.Sprintf("%s at build time: %q; from %s %s", "kata-agent --version", a.Version, a.Source, a.From)
+	if a.InImage != "" {
+		pkg.PackageComment += fmt.Sprintf(" (%s, %s)", a.InImage, a.Format)
+	}
+	pkg.PrimaryPackagePurpose = "APPLICATION"
 	return pkg
 }
 

@@ -112,6 +112,29 @@ func (t *Target) checkInit(ctx context.Context) error {
 	return nil
 }
 
+// agentPath is where Kata's runtime expects the agent in the guest.
+const agentPath = "/usr/bin/kata-agent"
+
+// checkAgent: /usr/bin/kata-agent resolves to an executable regular file.
+func (t *Target) checkAgent(ctx context.Context) error {
+	tree, err := t.files()
+	if err != nil {
+		return err
+	}
+	final, n, err := resolve(ctx, tree, agentPath)
+	switch {
+	case errors.Is(err, errNotFound):
+		return fmt.Errorf("%s does not exist: the image is not usable by a Kata runtime", agentPath)
+	case err != nil:
+		return fmt.Errorf("%s: %w", agentPath, err)
+	case !n.mode.IsRegular():
+		return fmt.Errorf("%s resolves to %s, a %s, not a regular file", agentPath, final, kind(n.mode))
+	case n.mode.Perm()&0o111 == 0:
+		return fmt.Errorf("%s resolves to %s with mode %04o: not executable", agentPath, final, n.mode.Perm())
+	}
+	return nil
+}
+
 // checkResolvConf: /etc/resolv.conf is a regular file itself, not a symlink.
 func (t *Target) checkResolvConf(ctx context.Context) error {
 	tree, err := t.files()

@@ -21,13 +21,31 @@ type Rule struct {
 	check   func(ctx context.Context, t *Target) error
 }
 
+// warning is a check's problem that does not fail the rule.
+type warning struct{ err error }
+
+func (w *warning) Error() string { return w.err.Error() }
+func (w *warning) Unwrap() error { return w.err }
+
 // Result is one rule's outcome: Err is nil when the rule passed, Skipped says why a rule that does
-// not concern the target was not run.
+// not concern the target was not run, Warning is a problem that does not fail the check.
 type Result struct {
 	Rule    string
 	Err     error
 	Fix     string
 	Skipped string
+	Warning error
+}
+
+// Warnings is the results with a warning.
+func (r Report) Warnings() []Result {
+	var out []Result
+	for _, res := range r {
+		if res.Warning != nil {
+			out = append(out, res)
+		}
+	}
+	return out
 }
 
 // Report is every rule's result, in rule order.
@@ -70,6 +88,8 @@ func (r Report) String() string {
 		switch {
 		case res.Err != nil:
 			fmt.Fprintf(&b, "FAIL %s: %v\n     fix: %s\n", res.Rule, indent(res.Err.Error()), res.Fix)
+		case res.Warning != nil:
+			fmt.Fprintf(&b, "warn %s: %v\n     fix: %s\n", res.Rule, indent(res.Warning.Error()), res.Fix)
 		case res.Skipped != "":
 			fmt.Fprintf(&b, "skip %s: %s\n", res.Rule, res.Skipped)
 		default:
@@ -99,6 +119,9 @@ func (t *Target) Check(ctx context.Context) Report {
 			res.Skipped = "does not apply to " + t.describe()
 		} else {
 			res.Err = rule.check(ctx, t)
+			if w := (*warning)(nil); errors.As(res.Err, &w) {
+				res.Warning, res.Err = w.err, nil
+			}
 		}
 		r = append(r, res)
 	}

@@ -11,6 +11,7 @@ const (
 	RuleImageSize    = "image-size"
 	RuleDAXHeader    = "nvdimm-dax-header"
 	RuleKernelConfig = "kernel-config"
+	RuleAgent        = "kata-agent"
 )
 
 func always(*Target) bool      { return true }
@@ -36,6 +37,16 @@ func Rules() []Rule {
 			"or attach the image as virtio-blk (disable_image_nvdimm = true); without the header the guest panics: \"DAX unsupported by block device\"",
 			func(t *Target) bool { return t.imageMode() && t.Nvdimm },
 			func(_ context.Context, t *Target) error { return t.checkDAX() }},
+		{RuleAgent, "put the agent of your Kata release into the image: kata { agent { binary = \"/opt/kata/bin/kata-agent\" } } or " +
+			"kata { agent { from_image = \"/opt/kata/share/kata-containers/kata-containers.img\" } } in the spec; without it a Kata runtime " +
+			"waits for the agent on vsock and gives up (45 s). A warning unless the spec says require_agent = true",
+			always, func(ctx context.Context, t *Target) error {
+				err := t.checkAgent(ctx)
+				if err != nil && !t.RequireAgent {
+					return &warning{err}
+				}
+				return err
+			}},
 		{RuleKernelConfig, "enable the missing symbols with =y in kernel/fragments/*.conf (Kata guest kernels have modules off) and rebuild the kernel",
 			always, func(_ context.Context, t *Target) error { return t.checkKernelConfig() }},
 	}

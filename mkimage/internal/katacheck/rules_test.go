@@ -187,3 +187,43 @@ func corrupt(t *testing.T, path string, off int64, x byte) {
 	_, err = f.WriteAt(b, off)
 	must(t, err)
 }
+
+// TestRuleAgent: an image without /usr/bin/kata-agent is not usable by a Kata runtime: a warning,
+// or a failure when the spec says it is for Kata (require_agent).
+func TestRuleAgent(t *testing.T) {
+	withAgent := append(goodRoot(), entry{path: "usr/bin/kata-agent", link: "/opt/kata/bin/kata-agent"},
+		entry{path: "opt/kata/bin/kata-agent", mode: 0o755, data: "#!/bin/sh\n"})
+	t.Run("missing, not required", func(t *testing.T) {
+		tg := imageTarget(t, writeImage(t, goodRoot(), oneRoot), false)
+		r, res := result(t, tg, RuleAgent)
+		if res.Err != nil || res.Warning == nil || !strings.Contains(res.Warning.Error(), "/usr/bin/kata-agent does not exist: the image is not usable by a Kata runtime") {
+			t.Errorf("result %+v; want a warning, not a failure", res)
+		}
+		if r.Err() != nil || len(r.Warnings()) != 1 || !strings.Contains(r.String(), "warn kata-agent: /usr/bin/kata-agent does not exist") {
+			t.Errorf("report:\n%s", r)
+		}
+	})
+	t.Run("missing, required", func(t *testing.T) {
+		tg := imageTarget(t, writeImage(t, goodRoot(), oneRoot), false)
+		tg.RequireAgent = true
+		wantFail(t, tg, RuleAgent, "/usr/bin/kata-agent does not exist")
+	})
+	t.Run("not executable, required", func(t *testing.T) {
+		root := replace(withAgent, "opt/kata/bin/kata-agent", entry{path: "opt/kata/bin/kata-agent", mode: 0o644, data: "x"})
+		tg := imageTarget(t, writeImage(t, root, oneRoot), false)
+		tg.RequireAgent = true
+		wantFail(t, tg, RuleAgent, "/usr/bin/kata-agent resolves to /opt/kata/bin/kata-agent with mode 0644: not executable")
+	})
+	t.Run("through a symlink", func(t *testing.T) {
+		tg := imageTarget(t, writeImage(t, withAgent, oneRoot), false)
+		tg.RequireAgent = true
+		if _, res := result(t, tg, RuleAgent); res.Err != nil || res.Warning != nil {
+			t.Errorf("result %+v; want a pass", res)
+		}
+	})
+	t.Run("initrd", func(t *testing.T) {
+		tg := &Target{Initrd: writeInitrd(t, []entry{{path: "init", mode: 0o755, data: "x"}, {path: "etc/resolv.conf", mode: 0o644}}), RequireAgent: true}
+		tg.KernelConfig = writeKernelConfig(t, tg)
+		wantFail(t, tg, RuleAgent, "/usr/bin/kata-agent does not exist")
+	})
+}

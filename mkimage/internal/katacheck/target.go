@@ -20,6 +20,7 @@ type Target struct {
 	RootfsType   string // Kata's rootfs_type: how the runtime mounts partition 1 (default "ext4")
 	Nvdimm       bool   // image attached as an NVDIMM: disable_image_nvdimm is false (Kata's default)
 	Verity       bool   // kernel_verity_params is set: partition 2 holds the dm-verity hash tree
+	RequireAgent bool   // boot.json's require_agent: the spec is for Kata, a missing agent fails
 
 	layout *layout // read once
 	lerr   error
@@ -67,6 +68,9 @@ func Load(dir string) (*Target, error) {
 	}
 	if t.RootfsType == "" {
 		t.RootfsType = "ext4" // Kata's default
+	}
+	if bi, err := artifact.ReadBootInfo(dir); err == nil { // an older build has none: not required
+		t.RequireAgent = bi.RequireAgent
 	}
 	return t, nil
 }

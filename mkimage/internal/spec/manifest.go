@@ -19,6 +19,9 @@ func (img *Image) Manifest() *manifest.Manifest {
 		FwCfg:    slices.Clone(img.Init.FwCfg),
 		Services: make([]manifest.Service, 0, len(img.Services)),
 	}
+	if a := img.Kata.Agent; a != nil {
+		m.KataAgent = &manifest.KataAgent{Path: AgentPath, MaxRestarts: a.MaxRestarts}
+	}
 	if n := img.Init.Network; n != nil {
 		c := *n
 		m.Network = &c

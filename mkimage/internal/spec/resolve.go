@@ -47,6 +47,17 @@ func (d *decoder) resolve(img *Image, base string) {
 			d.mustBeFile(p.key, *p.dst, base)
 		}
 	}
+	if a := img.Kata.Agent; a != nil {
+		for _, p := range []struct {
+			key string
+			dst *string
+		}{{"kata.agent.binary", &a.Binary}, {"kata.agent.from_image", &a.FromImage}} {
+			if *p.dst != "" {
+				*p.dst = abs(*p.dst)
+				d.mustBeFile(p.key, *p.dst, base)
+			}
+		}
+	}
 	if img.Output.Dir != "" {
 		img.Output.Dir = abs(img.Output.Dir)
 	}

@@ -100,7 +100,35 @@ type Kata struct {
 	// io.katacontainers.config.hypervisor.): the drop-ins' enable_annotations and the containerd
 	// handlers' pod_annotations. Default kata.DefaultEnableAnnotations; [] lets pods change nothing.
 	EnableAnnotations []string `json:"enable_annotations"`
+	// RequireAgent says the image is for a Kata runtime: without a kata-agent in it the spec is
+	// refused and `mkimage kata-check` fails; when false a missing agent is only a warning.
+	RequireAgent bool `json:"require_agent"`
+	// Agent puts a kata-agent at AgentPath (nil: none).
+	Agent *KataAgent `json:"agent,omitempty"`
 }
+
+// AgentPath is where Kata's images have the agent and where mkimage puts it.
+const AgentPath = "/usr/bin/kata-agent"
+
+// KataAgent is the kata block's agent block: where the agent comes from (exactly one of Binary and
+// FromImage, absolute paths) and init's restart budget for it.
+type KataAgent struct {
+	// Binary is a kata-agent executable, e.g. the one of a Kata release (/opt/kata/bin/kata-agent).
+	Binary string `json:"binary,omitempty"`
+	// FromImage is a Kata guest image whose /usr/bin/kata-agent is taken, read without mounting
+	// it: kata-containers.img (MBR, ext4 partition 1, with or without the NVDIMM DAX header) or
+	// kata-containers-initrd.img (a gzip or zstd compressed newc cpio).
+	FromImage string `json:"from_image,omitempty"`
+	// MaxRestarts is how often init restarts the agent after a failure before the next failure
+	// powers the VM off (Kata's unit: FailureAction=poweroff, no restart, is 0).
+	MaxRestarts int `json:"max_restarts"`
+}
+
+// DefaultAgentRestarts is max_restarts when the agent block leaves it out.
+const DefaultAgentRestarts = 3
+
+// MaxAgentRestarts bounds max_restarts: a crash loop must end in a power-off in reasonable time.
+const MaxAgentRestarts = 100
 
 // Kata boot modes.
 const (

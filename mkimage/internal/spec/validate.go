@@ -31,7 +31,7 @@ func (d *decoder) validate(img *Image) {
 	d.validateInit(&img.Init)
 	d.validateRootfs(&img.Rootfs)
 	d.validateServices(img.Services)
-	d.validateKata(&img.Kata, &img.Rootfs)
+	d.validateKata(&img.Kata, &img.Rootfs, img.Services)
 	if img.Output.Dir == "" {
 		d.errorf("output.dir", "Empty output directory", "Set dir to a directory path, or remove it for the default %q.", DefaultOutputDir)
 	}
@@ -94,7 +94,7 @@ func (d *decoder) validateRootfs(r *Rootfs) {
 	}
 }
 
-func (d *decoder) validateKata(k *Kata, r *Rootfs) {
+func (d *decoder) validateKata(k *Kata, r *Rootfs, services []Service) {
 	if !slices.Contains(bootModes, k.BootMode) {
 		d.errorf("kata.boot_mode", "Unknown boot mode", "boot_mode must be %s; got %q.%s",
 			quoteList(bootModes), k.BootMode, didYouMean(k.BootMode, bootModes))
@@ -111,6 +111,7 @@ func (d *decoder) validateKata(k *Kata, r *Rootfs) {
 			"kata.nvdimm attaches the root disk image as an NVDIMM, but kata.boot_mode is %q, which boots no disk. Set boot_mode = %q or remove nvdimm.",
 			k.BootMode, BootImage)
 	}
+	d.validateAgent(k, services)
 	if r.Verity && k.BootMode == BootInitrd {
 		d.errorf("rootfs.verity", "dm-verity needs image mode",
 			"rootfs.verity verifies the root disk image, but kata.boot_mode is %q, which boots no disk. Set boot_mode = %q or remove verity.",
