@@ -47,6 +47,17 @@ func (d *decoder) resolve(img *Image, base string) {
 			d.mustBeFile(p.key, *p.dst, base)
 		}
 	}
+	if p := k.KataParity; p != nil {
+		for _, f := range []struct {
+			key string
+			dst *string
+		}{{"kernel.kata_parity.symbols", &p.Symbols}, {"kernel.kata_parity.allowlist", &p.Allowlist}} {
+			if *f.dst != "" {
+				*f.dst = abs(*f.dst)
+				d.mustBeFile(f.key, *f.dst, base)
+			}
+		}
+	}
 	if img.Output.Dir != "" {
 		img.Output.Dir = abs(img.Output.Dir)
 	}
