@@ -7,7 +7,7 @@ OUT ?= out
 export ALLOX_CACHE ?= /var/cache/allox
 TEST_TIMEOUT ?= 80m
 
-.PHONY: all deps image boot test bench unit generate check-generated clean repro-check repro-kernel
+.PHONY: all deps image boot test bench unit generate check-generated clean repro-check repro-kernel kata-fragments
 
 all: image
 
@@ -35,6 +35,12 @@ boot: image
 # Regenerate the committed bpf2go output (BPF C → .o and Go loader); needs clang and llvm.
 generate: deps
 	$(GO) generate ./services/internal/proctree/ ./services/internal/effects/history/ ./services/internal/netguard/
+
+# Regenerate the list of symbols Kata's own x86_64 guest kernel requests (kernel/kata/), from a Kata
+# checkout at the release the drop-ins model: make kata-fragments KATA=/path/to/kata-containers
+KATA ?= $(error set KATA to the root of a Kata Containers checkout)
+kata-fragments:
+	$(GO) run ./kernel/cmd/kata-fragments -kata $(KATA) -arch x86_64 -o kernel/kata/kata-$$(cat $(KATA)/VERSION)-x86_64.conf
 
 # CI regenerates and fails when the committed output differs from what the BPF C now compiles to.
 check-generated: generate
