@@ -11,6 +11,7 @@ const (
 	RuleImageSize    = "image-size"
 	RuleDAXHeader    = "nvdimm-dax-header"
 	RuleKernelConfig = "kernel-config"
+	RuleBlockDriver  = "block-device-driver"
 )
 
 func always(*Target) bool      { return true }
@@ -38,5 +39,8 @@ func Rules() []Rule {
 			func(_ context.Context, t *Target) error { return t.checkDAX() }},
 		{RuleKernelConfig, "enable the missing symbols with =y in kernel/fragments/*.conf (Kata guest kernels have modules off) and rebuild the kernel",
 			always, func(_ context.Context, t *Target) error { return t.checkKernelConfig() }},
+		{RuleBlockDriver, "enable the driver's symbols in kernel/fragments (virtio-scsi: CONFIG_SCSI, CONFIG_SCSI_VIRTIO and CONFIG_BLK_DEV_SD, " +
+			"as 80-kata-block.conf does; virtio-blk: CONFIG_VIRTIO_BLK) and rebuild, or set block_device_driver to a driver the kernel has",
+			always, func(_ context.Context, t *Target) error { return t.checkBlockDriver() }},
 	}
 }

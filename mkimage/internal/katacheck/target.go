@@ -20,6 +20,9 @@ type Target struct {
 	RootfsType   string // Kata's rootfs_type: how the runtime mounts partition 1 (default "ext4")
 	Nvdimm       bool   // image attached as an NVDIMM: disable_image_nvdimm is false (Kata's default)
 	Verity       bool   // kernel_verity_params is set: partition 2 holds the dm-verity hash tree
+	// BlockDeviceDriver is block_device_driver, how Kata attaches block devices (container root
+	// filesystems, volumes): "" or "virtio-scsi" (Kata's default), or "virtio-blk".
+	BlockDeviceDriver string
 
 	layout *layout // read once
 	lerr   error
@@ -36,6 +39,7 @@ type dropIn struct {
 			RootfsType         string `toml:"rootfs_type"`
 			DisableImageNvdimm *bool  `toml:"disable_image_nvdimm"`
 			KernelVerityParams string `toml:"kernel_verity_params"`
+			BlockDeviceDriver  string `toml:"block_device_driver"`
 		} `toml:"qemu"`
 	} `toml:"hypervisor"`
 }
@@ -53,7 +57,7 @@ func Load(dir string) (*Target, error) {
 	}
 	q := d.Hypervisor.QEMU
 	t := &Target{KernelConfig: filepath.Join(dir, artifact.KernelConfig), RootfsType: q.RootfsType,
-		Verity: q.KernelVerityParams != ""}
+		Verity: q.KernelVerityParams != "", BlockDeviceDriver: q.BlockDeviceDriver}
 	switch {
 	case q.Image != "" && q.Initrd != "":
 		return nil, fmt.Errorf("%s sets both image and initrd; Kata refuses to start: set one to \"\"", p)
