@@ -36,6 +36,7 @@ exec </dev/console >/dev/console 2>&1
 mount -t proc proc /proc
 mount -t sysfs sysfs /sys
 memkb() { grep MemTotal /proc/meminfo | tr -s ' ' | cut -d' ' -f2; }
+echo PROBE-READY
 `
 
 // probeEnd powers off once the test's part is done.
@@ -314,4 +315,3 @@ echo "PROBE-LSM lsm=$(cat /sys/kernel/security/lsm) up=$(dmesg | grep -c 'landlo
 		t.Errorf("%s: a [vsyscall] mapping, but LEGACY_VSYSCALL_NONE is set", line)
 	}
 }
-
