@@ -104,3 +104,26 @@ func TestCommittedKataList(t *testing.T) {
 		}
 	}
 }
+
+// Whatever list parses writes back to a list that parses to the same symbols.
+func FuzzParseKataList(f *testing.F) {
+	f.Add("# kata-version: 4.1.0\n# arch: x86_64\n# fragment: common/a.conf\nCONFIG_A=y\tcommon/a.conf:1\n# CONFIG_B is not set\tcommon/a.conf:2\n")
+	f.Add("# kata-version: 1\nCONFIG_S=\"a\tb\"\tx/y.conf:3\n")
+	f.Fuzz(func(t *testing.T, text string) {
+		l, err := ParseKataList(strings.NewReader(text), "fuzz")
+		if err != nil {
+			return
+		}
+		var buf bytes.Buffer
+		if err := WriteKataList(&buf, l, "fuzz"); err != nil {
+			t.Fatal(err)
+		}
+		back, err := ParseKataList(&buf, "again")
+		if err != nil {
+			t.Fatalf("a list that parsed does not parse once written: %v\n%s", err, buf.String())
+		}
+		if diff := cmp.Diff(l.Settings, back.Settings); diff != "" {
+			t.Errorf("settings changed in the round trip (-first +second):\n%s", diff)
+		}
+	})
+}
