@@ -7,7 +7,7 @@ OUT ?= out
 export ALLOX_CACHE ?= /var/cache/allox
 TEST_TIMEOUT ?= 80m
 
-.PHONY: all deps image boot test bench unit generate check-generated clean repro-check repro-kernel
+.PHONY: all deps image boot test bench unit generate check-generated clean repro-check repro-kernel kata-fragments
 
 all: image
 
@@ -39,6 +39,12 @@ boot: image
 generate: deps
 	$(GO) generate ./services/internal/proctree/ ./services/internal/effects/history/ ./services/internal/netguard/
 
+# Regenerate the list of symbols Kata's own x86_64 guest kernel requests (kernel/kata/), from a Kata
+# checkout at the release the drop-ins model: make kata-fragments KATA=/path/to/kata-containers
+KATA ?= $(error set KATA to the root of a Kata Containers checkout)
+kata-fragments:
+	$(GO) run ./kernel/cmd/kata-fragments -kata $(KATA) -arch x86_64 -o kernel/kata/kata-$$(cat $(KATA)/VERSION)-x86_64.conf
+
 # CI regenerates and fails when the committed output differs from what the BPF C now compiles to.
 check-generated: generate
 	@git diff --exit-code -- services/internal/proctree/ services/internal/effects/history/ services/internal/netguard/ || { echo "bpf2go output is stale: run make generate and commit it" >&2; exit 1; }
@@ -53,8 +59,11 @@ test: image check-generated repro-check
 unit: deps
 	$(GO) test -short ./...
 
+# The parity rows compare with the appliance built without the Kata parity fragments
+# ($(OUT)/no-kata-parity/); its kernel comes from the cache after the first run. CI never builds it.
 bench: image
-	ALLOX_OUT=$(abspath $(OUT)) $(GO) run ./ci/bench -out $(abspath $(OUT))
+	bin/mkimage build -out $(OUT)/no-kata-parity qemu-tests/testdata/no-kata-parity.hcl
+	ALLOX_OUT=$(abspath $(OUT)) $(GO) run ./ci/bench -out $(abspath $(OUT)) -before-parity $(abspath $(OUT))/no-kata-parity
 	ALLOX_OUT=$(abspath $(OUT)) $(GO) test -run '^$$' -bench . -benchtime 5x -timeout 60m ./qemu-tests/
 	STORE_BENCH_FILES=1000,10000,100000 $(GO) test -run '^$$' -bench 'Checkpoint|Rollback' -benchtime 200x -timeout 60m ./services/internal/store/
 	STORE_BENCH_FILES=1000,10000,100000 $(GO) test -run '^$$' -bench 'QuotaCost|SharedIndex' -benchtime 1x -timeout 60m ./services/internal/store/

@@ -27,16 +27,18 @@ type Spec struct {
 	Fragments []string // in order
 	Series    string   // patch series file, "" for none
 	Allowlist string   // "" for none
+	Parity    *Parity  // nil: no parity proof against Kata's kernel
 	Epoch     int64    // build timestamp (SOURCE_DATE_EPOCH)
 	Jobs      int      // 0 = number of CPUs
 }
 
 // Result is a built (or cached) kernel.
 type Result struct {
-	Dir       string // holds bzImage, vmlinux, config, build.json
-	Key       string // the build key: source, final config, patches, toolchain
-	Cached    bool   // no compilation happened
-	Requested int    // symbols the fragments request (all proven)
+	Dir       string        // holds bzImage, vmlinux, config, build.json
+	Key       string        // the build key: source, final config, patches, toolchain
+	Cached    bool          // no compilation happened
+	Requested int           // symbols the fragments request (all proven)
+	Parity    *ParityReport // how the final config stands against Kata's, when the spec asks
 }
 
 // Paths of the artifacts in a result directory.
@@ -59,8 +61,8 @@ func (b *Builder) logf(format string, args ...any) {
 // Build resolves the final config (proving every request) and returns the cached build for it,
 // compiling only when no build with the same key exists.
 func (b *Builder) Build(ctx context.Context, spec Spec) (res *Result, err error) {
-	err = b.withFinalConfig(ctx, spec, func(w *workTree, final []byte) error {
-		res = &Result{Key: buildKey(w.in, final, spec.Epoch), Requested: len(w.in.req.Settings())}
+	err = b.withFinalConfig(ctx, spec, func(w *workTree, final []byte, parity *ParityReport) error {
+		res = &Result{Key: buildKey(w.in, final, spec.Epoch), Requested: len(w.in.req.Settings()), Parity: parity}
 		res.Dir = filepath.Join(b.CacheDir, "kernel", "builds", res.Key)
 		if complete(res) {
 			res.Cached = true
@@ -73,14 +75,18 @@ func (b *Builder) Build(ctx context.Context, spec Spec) (res *Result, err error)
 
 // FinalConfig returns the proven final .config for spec without compiling: every requested symbol
 // has its value or the error says which did not, where it was asked for and why.
-func (b *Builder) FinalConfig(ctx context.Context, spec Spec) (final []byte, err error) {
-	err = b.withFinalConfig(ctx, spec, func(_ *workTree, f []byte) error { final = f; return nil })
-	return final, err
+func (b *Builder) FinalConfig(ctx context.Context, spec Spec) (final []byte, parity *ParityReport, err error) {
+	err = b.withFinalConfig(ctx, spec, func(_ *workTree, f []byte, p *ParityReport) error {
+		final, parity = f, p
+		return nil
+	})
+	return final, parity, err
 }
 
-// withFinalConfig holds the cache lock while it proves the final config and hands it to fn with the
-// work tree (prepared only if configuring needed it), removing the tree afterwards.
-func (b *Builder) withFinalConfig(ctx context.Context, spec Spec, fn func(w *workTree, final []byte) error) error {
+// withFinalConfig holds the cache lock while it proves the final config (and its parity with Kata's
+// when the spec asks) and hands it to fn with the work tree (prepared only if configuring or reading
+// Kconfig needed it), removing the tree afterwards.
+func (b *Builder) withFinalConfig(ctx context.Context, spec Spec, fn func(w *workTree, final []byte, parity *ParityReport) error) error {
 	inputs, err := readInputs(spec)
 	if err != nil {
 		return err
@@ -96,7 +102,11 @@ func (b *Builder) withFinalConfig(ctx context.Context, spec Spec, fn func(w *wor
 	if err != nil {
 		return err
 	}
-	return fn(w, final)
+	parity, err := b.proveParity(ctx, w, final)
+	if err != nil {
+		return err
+	}
+	return fn(w, final, parity)
 }
 
 // Cached reports whether a finished build for spec is in the cache, without configuring or
@@ -120,8 +130,10 @@ type inputs struct {
 	req       *Requests
 	allow     Allowlist
 	patches   []Patch
+	parity    *parityInputs // nil without a parity proof
 	toolchain string
 	digest    string // hash of everything that determines the final config
+	tree      string // hash of the patched source tree (what its Kconfig declares)
 }
 
 func readInputs(spec Spec) (*inputs, error) {
@@ -144,9 +156,21 @@ func readInputs(spec Spec) (*inputs, error) {
 	if in.patches, err = ReadSeries(spec.Series); err != nil {
 		return nil, err
 	}
+	if in.parity, err = readParity(spec.Parity); err != nil {
+		return nil, err
+	}
 	if in.toolchain, err = Toolchain(); err != nil {
 		return nil, err
 	}
+	t := sha256.New()
+	fmt.Fprintf(t, "source %s\n", spec.Source.SHA256)
+	for _, p := range in.patches {
+		fmt.Fprintf(t, "patch %s\n", p.Name)
+		if err := hashFileInto(t, p.Path); err != nil {
+			return nil, err
+		}
+	}
+	in.tree = hex.EncodeToString(t.Sum(nil))
 	h := sha256.New()
 	fmt.Fprintf(h, "%s\nsource %s\nbase %s\ntoolchain %s\n", recipe, spec.Source.SHA256, spec.Base, in.toolchain)
 	if !isTarget(spec.Base) {

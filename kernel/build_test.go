@@ -58,19 +58,25 @@ func TestRealFragmentsProve(t *testing.T) {
 	if err != nil || len(frags) == 0 {
 		t.Fatalf("no fragments: %v", err)
 	}
-	spec := Spec{Source: defaultSource, Base: "allnoconfig", Fragments: frags, Series: "patches/series", Allowlist: "allowlist"}
-	final, err := b.FinalConfig(context.Background(), spec)
+	spec := Spec{Source: defaultSource, Base: "allnoconfig", Fragments: frags, Series: "patches/series", Allowlist: "allowlist",
+		Parity: &Parity{Symbols: "kata/kata-4.1.0-x86_64.conf", Allowlist: "kata/parity-allowlist"}}
+	final, parity, err := b.FinalConfig(context.Background(), spec)
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{"CONFIG_DEBUG_INFO_BTF=y", "CONFIG_BTRFS_FS=y", "CONFIG_IKCONFIG_PROC=y", "# CONFIG_MODULES is not set"} {
+	if parity == nil || parity.Matched == 0 || parity.Matched+sum(parity.ByCategory) != parity.Total {
+		t.Errorf("parity report %+v: want every Kata symbol matched or allow-listed", parity)
+	}
+	t.Log(parity)
+	for _, want := range []string{"CONFIG_DEBUG_INFO_BTF=y", "CONFIG_BTRFS_FS=y", "CONFIG_IKCONFIG_PROC=y", "# CONFIG_MODULES is not set",
+		"CONFIG_SCSI_VIRTIO=y", "CONFIG_BLK_DEV_SD=y", "CONFIG_ACPI_HOTPLUG_CPU=y", "CONFIG_VIRTIO_MEM=y", "CONFIG_SECURITY_LANDLOCK=y"} {
 		if !strings.Contains(string(final), want+"\n") {
 			t.Errorf("final config lacks %q", want)
 		}
 	}
 	// The second call must come from the config cache: no source tree is extracted.
 	b.Log = nil
-	if _, err := b.FinalConfig(context.Background(), spec); err != nil {
+	if _, _, err := b.FinalConfig(context.Background(), spec); err != nil {
 		t.Fatal(err)
 	}
 	if entries, _ := os.ReadDir(filepath.Join(b.CacheDir, "kernel", "work")); len(entries) != 0 {
@@ -82,7 +88,7 @@ func TestRealUnsatisfiableFragmentFails(t *testing.T) {
 	b := realBuilder(t)
 	dir := t.TempDir()
 	frag := writeFile(t, dir, "erofs.conf", "# EROFS sits inside the MISC_FILESYSTEMS menu\nCONFIG_BLOCK=y\nCONFIG_EROFS_FS=y\n")
-	_, err := b.FinalConfig(context.Background(), Spec{Source: defaultSource, Base: "allnoconfig", Fragments: []string{frag}})
+	_, _, err := b.FinalConfig(context.Background(), Spec{Source: defaultSource, Base: "allnoconfig", Fragments: []string{frag}})
 	want := frag + ":3: CONFIG_EROFS_FS requested y, final .config has it not set; unmet depends on: MISC_FILESYSTEMS [=n]"
 	if err == nil || !strings.Contains(err.Error(), want) {
 		t.Fatalf("error = %v\nwant it to contain %q", err, want)
@@ -95,7 +101,7 @@ func TestRealPatchThatDoesNotApplyFails(t *testing.T) {
 	writeFile(t, dir, "0001-bogus.patch", "--- a/Makefile\n+++ b/Makefile\n@@ -1,1 +1,1 @@\n-this line is not in the kernel Makefile\n+neither is this\n")
 	series := writeFile(t, dir, "series", "# our patches\n0001-bogus.patch\n")
 	frag := writeFile(t, dir, "f.conf", "CONFIG_BLOCK=y\n")
-	_, err := b.FinalConfig(context.Background(), Spec{Source: defaultSource, Base: "allnoconfig", Fragments: []string{frag}, Series: series})
+	_, _, err := b.FinalConfig(context.Background(), Spec{Source: defaultSource, Base: "allnoconfig", Fragments: []string{frag}, Series: series})
 	if err == nil || !strings.Contains(err.Error(), "patch 0001-bogus.patch (series line 2) does not apply") {
 		t.Fatalf("error = %v, want the failing patch named", err)
 	}
@@ -128,4 +134,12 @@ func TestKbuildEnvMapsSourceDir(t *testing.T) {
 	if slices.Contains(env, "KCFLAGS=-O0") {
 		t.Error("the caller's KCFLAGS leaked into the kernel build")
 	}
+}
+
+func sum(m map[string]int) int {
+	n := 0
+	for _, v := range m {
+		n += v
+	}
+	return n
 }

@@ -19,6 +19,7 @@ type symbol struct {
 	depends    []string // own "depends on" plus inherited if/menu/choice conditions
 	prompts    []string // prompt conditions ("" = unconditional prompt)
 	hasPrompt  bool
+	defined    bool // a config or menuconfig entry declares it (not only a select or depends naming it)
 	selectedBy []selector
 }
 
@@ -101,11 +102,12 @@ func (r *kconfigReader) file(rel string, inherited []string) error {
 		if line == "" || strings.HasPrefix(line, "#") {
 			continue
 		}
-		kw, rest, _ := strings.Cut(line, " ")
+		kw, rest := keyword(line)
 		rest = strings.TrimSpace(stripComment(rest))
 		switch kw {
 		case "config", "menuconfig":
 			cur, curName = r.k.sym(rest), rest
+			cur.defined = true
 			cur.depends = append(cur.depends, conds...)
 			pendingBlock = false
 		case "choice":
@@ -158,6 +160,32 @@ func (r *kconfigReader) file(rel string, inherited []string) error {
 		}
 	}
 	return nil
+}
+
+// keyword splits a Kconfig line at its first space or tab ("config\tIP_VS_RR" is common).
+func keyword(line string) (kw, rest string) {
+	if i := strings.IndexAny(line, " \t"); i >= 0 {
+		return line[:i], line[i+1:]
+	}
+	return line, ""
+}
+
+// Defined reports whether a config or menuconfig entry of this Kconfig tree declares sym.
+func (k *Kconfig) Defined(sym string) bool {
+	s, ok := k.syms[sym]
+	return ok && s.defined
+}
+
+// Symbols lists the declared symbols, sorted.
+func (k *Kconfig) Symbols() []string {
+	var out []string
+	for name, s := range k.syms {
+		if s.defined {
+			out = append(out, name)
+		}
+	}
+	sort.Strings(out)
+	return out
 }
 
 func (r *kconfigReader) sourceGlob(path string, conds []string, optional bool) error {

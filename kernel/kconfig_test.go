@@ -55,3 +55,19 @@ func TestEvalExpr(t *testing.T) {
 		}
 	}
 }
+
+// Defined tells a declared symbol (also one written "config<TAB>NAME") from one only selected.
+func TestDefined(t *testing.T) {
+	k, err := ReadKconfig("testdata/kconfig", "x86")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for sym, want := range map[string]bool{"CRC": true, "TABBED": true, "NOPE_SELECTED": false, "NOTHING": false} {
+		if got := k.Defined(sym); got != want {
+			t.Errorf("Defined(%s) = %v, want %v", sym, got, want)
+		}
+	}
+	if why := k.Explain("TABBED", "y", Config{}); why != "unmet depends on: MISC [=n]" {
+		t.Errorf("Explain(TABBED) = %q: the depends line after a tab was not read", why)
+	}
+}

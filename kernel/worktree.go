@@ -130,6 +130,9 @@ func (b *Builder) finalConfig(ctx context.Context, w *workTree) ([]byte, error) 
 	var ex Explainer
 	if k, kerr := ReadKconfig(w.dir, "x86"); kerr == nil {
 		ex = k
+		if err := b.saveSymbols(w, k); err != nil {
+			return nil, err
+		}
 	}
 	if err := Prove(w.in.req, ConfigOf(settings), w.in.allow, ex); err != nil {
 		return nil, err

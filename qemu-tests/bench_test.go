@@ -1,6 +1,7 @@
 package qemutests
 
 import (
+	"path/filepath"
 	"slices"
 	"testing"
 	"time"
@@ -28,18 +29,7 @@ func BenchmarkBootToReady(b *testing.B) {
 			ours = append(ours, oursToReady(b, a))
 			theirs = append(theirs, baselineToReady(b, bl, a.info.MemoryMiB, baseCmdline))
 		}
-		slices.Sort(ours)
-		slices.Sort(theirs)
-		ms := func(d time.Duration) float64 { return float64(d.Milliseconds()) }
-		med := func(d []time.Duration) time.Duration { return d[len(d)/2] }
-		b.ReportMetric(ms(med(ours)), "ours-p50-ms")
-		b.ReportMetric(ms(ours[0]), "ours-min-ms")
-		b.ReportMetric(ms(ours[len(ours)-1]), "ours-max-ms")
-		b.ReportMetric(ms(med(theirs)), "baseline-p50-ms")
-		b.ReportMetric(ms(theirs[0]), "baseline-min-ms")
-		b.ReportMetric(ms(theirs[len(theirs)-1]), "baseline-max-ms")
-		b.ReportMetric(float64(med(ours))/float64(med(theirs)), "ratio")
-		b.ReportMetric(float64(len(ours)), "samples")
+		reportRatio(b, ours, theirs, "baseline")
 	})
 }
 
@@ -62,4 +52,38 @@ func baselineToReady(b *testing.B, bl baselineBoot, memMiB int, cmdline []string
 		b.Fatal(err)
 	}
 	return l.At
+}
+
+// BenchmarkParityBootToReady measures what Kata kernel parity costs at boot: QEMU start → ready for
+// the appliance and for the same appliance built without the parity fragments (ALLOX_OUT's
+// no-kata-parity/, which make bench builds), alternating, with the median of each, their range and
+// the ratio of the medians.
+func BenchmarkParityBootToReady(b *testing.B) {
+	a := needAppliance(b, imageMode)
+	before := needApplianceIn(b, imageMode, filepath.Join(outDir(), "no-kata-parity"))
+	b.Run(vm.Accel(), func(b *testing.B) {
+		var ours, theirs []time.Duration
+		for range b.N {
+			ours = append(ours, oursToReady(b, a))
+			theirs = append(theirs, oursToReady(b, before))
+		}
+		reportRatio(b, ours, theirs, "before")
+	})
+}
+
+// reportRatio reports the median, minimum and maximum of ours and of the baseline, the ratio of the
+// medians and the sample count.
+func reportRatio(b *testing.B, ours, theirs []time.Duration, baseName string) {
+	slices.Sort(ours)
+	slices.Sort(theirs)
+	ms := func(d time.Duration) float64 { return float64(d.Milliseconds()) }
+	med := func(d []time.Duration) time.Duration { return d[len(d)/2] }
+	b.ReportMetric(ms(med(ours)), "ours-p50-ms")
+	b.ReportMetric(ms(ours[0]), "ours-min-ms")
+	b.ReportMetric(ms(ours[len(ours)-1]), "ours-max-ms")
+	b.ReportMetric(ms(med(theirs)), baseName+"-p50-ms")
+	b.ReportMetric(ms(theirs[0]), baseName+"-min-ms")
+	b.ReportMetric(ms(theirs[len(theirs)-1]), baseName+"-max-ms")
+	b.ReportMetric(float64(med(ours))/float64(med(theirs)), "ratio")
+	b.ReportMetric(float64(len(ours)), "samples")
 }

@@ -1,6 +1,7 @@
 // Command bench measures what `make bench` reports besides boot time: artifact sizes beside Debian's
-// own (stock kernel, the Debian userland the rootfs is made from) and the warm no-op rebuild beside
-// hashing the same outputs, both measured in this run. It prints one table with ratios.
+// own (stock kernel, the Debian userland the rootfs is made from), what Kata kernel parity cost
+// (bzImage size and compile time beside the kernel without the parity fragments) and the warm no-op
+// rebuild beside hashing the same outputs, all measured in this run. It prints one table with ratios.
 package main
 
 import (
@@ -38,6 +39,7 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	out := fs.String("out", "out", "a built output directory (make image)")
 	mkimage := fs.String("mkimage", "bin/mkimage", "the mkimage binary")
 	runs := fs.Int("runs", 5, "timed no-op rebuilds")
+	before := fs.String("before-parity", "", "the appliance built without the Kata parity fragments (qemu-tests/testdata/no-kata-parity.hcl); \"\" skips the parity rows")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -45,6 +47,11 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	fmt.Fprintln(w, "measure\tours\tbaseline\tratio\tbaseline is\t")
 	if err := sizes(ctx, w, *out); err != nil {
 		return err
+	}
+	if *before != "" {
+		if err := parity(w, *out, *before); err != nil {
+			return err
+		}
 	}
 	if err := rebuild(ctx, w, *out, *mkimage, *runs); err != nil {
 		return err

@@ -18,6 +18,11 @@ kernel {
   patches   = "../../kernel/patches/series"
   allowlist = "../../kernel/allowlist"
   cmdline   = ["console=ttyS0", "panic=-1", "quiet"]
+
+  kata_parity {
+    symbols   = "../../kernel/kata/kata-4.1.0-x86_64.conf"
+    allowlist = "../../kernel/kata/parity-allowlist"
+  }
 }
 
 init {

@@ -14,11 +14,15 @@ import (
 // KernelSpec turns the spec's kernel block into the kernel builder's input.
 func KernelSpec(img *spec.Image, epoch int64, jobs int) kernel.Spec {
 	k := img.Kernel
+	var parity *kernel.Parity
+	if p := k.KataParity; p != nil {
+		parity = &kernel.Parity{Symbols: p.Symbols, Allowlist: p.Allowlist}
+	}
 	return kernel.Spec{
 		Source: kernel.Source{DebianPackage: k.Source.DebianPackage, Version: k.Source.Version,
 			Tarball: k.Source.Tarball, SHA256: k.Source.SHA256},
 		Base: k.Base, Fragments: k.Fragments, Series: k.Patches, Allowlist: k.Allowlist,
-		Epoch: epoch, Jobs: jobs,
+		Parity: parity, Epoch: epoch, Jobs: jobs,
 	}
 }
 

@@ -96,7 +96,7 @@ func runKernelConfig(ctx context.Context, c Context, args []string) error {
 		return err
 	}
 	b := &kernel.Builder{CacheDir: bf.cache, Log: c.Stderr}
-	final, err := b.FinalConfig(ctx, build.KernelSpec(l.img, 0, bf.jobs))
+	final, _, err := b.FinalConfig(ctx, build.KernelSpec(l.img, 0, bf.jobs))
 	if err != nil {
 		return err
 	}

@@ -157,7 +157,11 @@ func writeInitrd(t *testing.T, root []entry) string {
 func writeKernelConfig(t *testing.T, tg *Target, off ...string) string {
 	t.Helper()
 	var b strings.Builder
-	for _, g := range tg.required() {
+	groups := tg.required()
+	if g, err := tg.blockDriver(); err == nil {
+		groups = append(groups, g)
+	}
+	for _, g := range groups {
 		for _, s := range g.syms {
 			if contains(off, s) {
 				b.WriteString("# CONFIG_" + s + " is not set\n")

@@ -5,6 +5,7 @@ import (
 	"os"
 	"strings"
 
+	"github.com/allox-os/allox/deploy/kata"
 	"github.com/allox-os/allox/kernel"
 )
 
@@ -48,8 +49,32 @@ func (t *Target) required() []symbols {
 	return req
 }
 
+// blockDriver is the symbol group the drop-in's block_device_driver needs.
+func (t *Target) blockDriver() (symbols, error) {
+	syms, err := kata.BlockDriverKernelSymbols(t.BlockDeviceDriver)
+	if err != nil {
+		return symbols{}, err
+	}
+	name := t.BlockDeviceDriver
+	if name == "" {
+		name = kata.DefaultBlockDeviceDriver + " (Kata's default)"
+	}
+	return symbols{"block_device_driver = " + name, syms}, nil
+}
+
+// checkBlockDriver: the kernel has the driver Kata attaches block devices with.
+func (t *Target) checkBlockDriver() error {
+	g, err := t.blockDriver()
+	if err != nil {
+		return err
+	}
+	return t.checkSymbols([]symbols{g})
+}
+
 // checkKernelConfig: every required symbol is =y in the final .config.
-func (t *Target) checkKernelConfig() error {
+func (t *Target) checkKernelConfig() error { return t.checkSymbols(t.required()) }
+
+func (t *Target) checkSymbols(groups []symbols) error {
 	f, err := os.Open(t.KernelConfig)
 	if err != nil {
 		return err
@@ -61,7 +86,7 @@ func (t *Target) checkKernelConfig() error {
 	}
 	cfg := kernel.ConfigOf(settings)
 	var missing []string
-	for _, g := range t.required() {
+	for _, g := range groups {
 		var off []string
 		for _, s := range g.syms {
 			if v := cfg.Value(s); v != "y" {

@@ -12,6 +12,7 @@ const (
 	RuleDAXHeader    = "nvdimm-dax-header"
 	RuleKernelConfig = "kernel-config"
 	RuleAgent        = "kata-agent"
+	RuleBlockDriver  = "block-device-driver"
 )
 
 func always(*Target) bool      { return true }
@@ -49,5 +50,8 @@ func Rules() []Rule {
 			}},
 		{RuleKernelConfig, "enable the missing symbols with =y in kernel/fragments/*.conf (Kata guest kernels have modules off) and rebuild the kernel",
 			always, func(_ context.Context, t *Target) error { return t.checkKernelConfig() }},
+		{RuleBlockDriver, "enable the driver's symbols in kernel/fragments (virtio-scsi: CONFIG_SCSI, CONFIG_SCSI_VIRTIO and CONFIG_BLK_DEV_SD, " +
+			"as 80-kata-block.conf does; virtio-blk: CONFIG_VIRTIO_BLK) and rebuild, or set block_device_driver to a driver the kernel has",
+			always, func(_ context.Context, t *Target) error { return t.checkBlockDriver() }},
 	}
 }

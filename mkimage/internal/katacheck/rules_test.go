@@ -227,3 +227,36 @@ func TestRuleAgent(t *testing.T) {
 		wantFail(t, tg, RuleAgent, "/usr/bin/kata-agent does not exist")
 	})
 }
+
+// The drop-in's block_device_driver and the kernel agree: virtio-scsi (Kata's default, also when
+// the drop-in leaves it unset) needs the SCSI midlayer, the virtio HBA and sd disks; virtio-blk
+// needs VIRTIO_BLK and no SCSI.
+func TestRuleBlockDriver(t *testing.T) {
+	img := writeImage(t, goodRoot(), oneRoot)
+	target := func(driver string, off ...string) *Target {
+		tg := &Target{Image: img, RootfsType: "ext4", BlockDeviceDriver: driver}
+		tg.KernelConfig = writeKernelConfig(t, tg, off...)
+		return tg
+	}
+	t.Run("default is virtio-scsi", func(t *testing.T) {
+		wantFail(t, target("", "SCSI_VIRTIO"), RuleBlockDriver,
+			"CONFIG_SCSI_VIRTIO=n (for block_device_driver = virtio-scsi (Kata's default))")
+	})
+	t.Run("virtio-scsi needs sd", func(t *testing.T) {
+		wantFail(t, target("virtio-scsi", "BLK_DEV_SD"), RuleBlockDriver, "CONFIG_BLK_DEV_SD=n (for block_device_driver = virtio-scsi)")
+	})
+	t.Run("virtio-blk needs no SCSI", func(t *testing.T) {
+		tg := &Target{Image: img, RootfsType: "ext4", BlockDeviceDriver: "virtio-blk"}
+		tg.KernelConfig = writeKernelConfig(t, tg) // only VIRTIO_BLK of the two drivers
+		wantPass(t, tg)
+	})
+	t.Run("virtio-blk without VIRTIO_BLK", func(t *testing.T) {
+		_, res := result(t, target("virtio-blk", "VIRTIO_BLK"), RuleBlockDriver)
+		if res.Err == nil || !strings.Contains(res.Err.Error(), "CONFIG_VIRTIO_BLK=n (for block_device_driver = virtio-blk)") {
+			t.Errorf("block-device-driver: %v; want CONFIG_VIRTIO_BLK named", res.Err)
+		}
+	})
+	t.Run("unknown driver", func(t *testing.T) {
+		wantFail(t, target("nvdimm"), RuleBlockDriver, `block_device_driver "nvdimm": use "virtio-scsi"`)
+	})
+}

@@ -21,6 +21,9 @@ type Target struct {
 	Nvdimm       bool   // image attached as an NVDIMM: disable_image_nvdimm is false (Kata's default)
 	Verity       bool   // kernel_verity_params is set: partition 2 holds the dm-verity hash tree
 	RequireAgent bool   // boot.json's require_agent: the spec is for Kata, a missing agent fails
+	// BlockDeviceDriver is block_device_driver, how Kata attaches block devices (container root
+	// filesystems, volumes): "" or "virtio-scsi" (Kata's default), or "virtio-blk".
+	BlockDeviceDriver string
 
 	layout *layout // read once
 	lerr   error
@@ -37,6 +40,7 @@ type dropIn struct {
 			RootfsType         string `toml:"rootfs_type"`
 			DisableImageNvdimm *bool  `toml:"disable_image_nvdimm"`
 			KernelVerityParams string `toml:"kernel_verity_params"`
+			BlockDeviceDriver  string `toml:"block_device_driver"`
 		} `toml:"qemu"`
 	} `toml:"hypervisor"`
 }
@@ -54,7 +58,7 @@ func Load(dir string) (*Target, error) {
 	}
 	q := d.Hypervisor.QEMU
 	t := &Target{KernelConfig: filepath.Join(dir, artifact.KernelConfig), RootfsType: q.RootfsType,
-		Verity: q.KernelVerityParams != ""}
+		Verity: q.KernelVerityParams != "", BlockDeviceDriver: q.BlockDeviceDriver}
 	switch {
 	case q.Image != "" && q.Initrd != "":
 		return nil, fmt.Errorf("%s sets both image and initrd; Kata refuses to start: set one to \"\"", p)

@@ -10,7 +10,14 @@ var kernelSchema = &hcl.BodySchema{
 		{Name: "allowlist"},
 		{Name: "cmdline"},
 	},
-	Blocks: []hcl.BlockHeaderSchema{{Type: "source"}},
+	Blocks: []hcl.BlockHeaderSchema{{Type: "source"}, {Type: "kata_parity"}},
+}
+
+var kataParitySchema = &hcl.BodySchema{
+	Attributes: []hcl.AttributeSchema{
+		{Name: "symbols", Required: true},
+		{Name: "allowlist", Required: true},
+	},
 }
 
 var kernelSourceSchema = &hcl.BodySchema{
@@ -31,6 +38,12 @@ func (d *decoder) decodeKernel(b *hcl.Block, k *Kernel) {
 		attr(d, sc, "kernel.source", "version", &k.Source.Version)
 		attr(d, sc, "kernel.source", "tarball", &k.Source.Tarball)
 		attr(d, sc, "kernel.source", "sha256", &k.Source.SHA256)
+	}
+	if pb := d.block(c, b.Body, "kernel.kata_parity", "kata_parity", false); pb != nil {
+		pc := d.content("kernel.kata_parity", pb.Body, kataParitySchema)
+		k.KataParity = &KataParity{}
+		attr(d, pc, "kernel.kata_parity", "symbols", &k.KataParity.Symbols)
+		attr(d, pc, "kernel.kata_parity", "allowlist", &k.KataParity.Allowlist)
 	}
 	attr(d, c, "kernel", "base", &k.Base)
 	attr(d, c, "kernel", "fragments", &k.Fragments)

@@ -170,6 +170,18 @@ func TestParseErrors(t *testing.T) {
 		edit: []string{`    sha256 `, `    tarball        = "../kernel/allowlist"` + "\n    sha256 "},
 		want: []string{`6:22: Conflicting kernel sources: Set debian_package and version, or tarball, not both: remove tarball or debian_package.`},
 	}, {
+		name: "kata_parity without its allow-list",
+		edit: []string{`fragments = ["../kernel/fragments/*.conf"]`, `fragments = ["../kernel/fragments/*.conf"]` + "\n  kata_parity {\n    symbols = \"../kernel/kata/kata-4.1.0-x86_64.conf\"\n  }"},
+		want: []string{`10:15: Missing required argument: The argument "allowlist" is required, but no definition was found.`},
+	}, {
+		name: "kata_parity list not found",
+		edit: []string{`fragments = ["../kernel/fragments/*.conf"]`, `fragments = ["../kernel/fragments/*.conf"]` + "\n  kata_parity {\n    symbols   = \"../kernel/kata/kata-4.0.0-x86_64.conf\"\n    allowlist = \"../kernel/kata/parity-allowlist\"\n  }"},
+		want: []string{`11:17: File not found: $ROOT/kernel/kata/kata-4.0.0-x86_64.conf does not exist (relative paths resolve against $ROOT/images). Did you mean "$ROOT/kernel/kata/kata-4.1.0-x86_64.conf"?`},
+	}, {
+		name: "kata_parity empty allow-list path",
+		edit: []string{`fragments = ["../kernel/fragments/*.conf"]`, `fragments = ["../kernel/fragments/*.conf"]` + "\n  kata_parity {\n    symbols   = \"../kernel/kata/kata-4.1.0-x86_64.conf\"\n    allowlist = \"\"\n  }"},
+		want: []string{`12:17: Empty parity allow-list: allowlist names the file that says, one symbol a line, why we differ from Kata, e.g. "../kernel/kata/parity-allowlist".`},
+	}, {
 		name: "ready with both tcp and path",
 		edit: []string{`command = ["/bin/store"]`, `command = ["/bin/store"]` + "\n  ready {\n    tcp  = \"127.0.0.1:1\"\n    path = \"/run/ok\"\n  }"},
 		want: []string{`30:3: Invalid ready block: ready needs exactly one of tcp (host:port) or path (a file that appears); set one.`},

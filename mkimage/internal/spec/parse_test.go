@@ -55,6 +55,8 @@ func wantDefault(t *testing.T) *Image {
 			Patches:   filepath.Join(root, "kernel/patches/series"),
 			Allowlist: filepath.Join(root, "kernel/allowlist"),
 			Cmdline:   []string{"console=ttyS0", "panic=-1", "quiet"},
+			KataParity: &KataParity{Symbols: filepath.Join(root, "kernel/kata/kata-4.1.0-x86_64.conf"),
+				Allowlist: filepath.Join(root, "kernel/kata/parity-allowlist")},
 		},
 		Init: Init{
 			Hostname: "allox",

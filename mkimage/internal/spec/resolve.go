@@ -58,6 +58,17 @@ func (d *decoder) resolve(img *Image, base string) {
 			}
 		}
 	}
+	if p := k.KataParity; p != nil {
+		for _, f := range []struct {
+			key string
+			dst *string
+		}{{"kernel.kata_parity.symbols", &p.Symbols}, {"kernel.kata_parity.allowlist", &p.Allowlist}} {
+			if *f.dst != "" {
+				*f.dst = abs(*f.dst)
+				d.mustBeFile(f.key, *f.dst, base)
+			}
+		}
+	}
 	if img.Output.Dir != "" {
 		img.Output.Dir = abs(img.Output.Dir)
 	}

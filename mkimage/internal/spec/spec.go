@@ -37,6 +37,15 @@ type Kernel struct {
 	Patches   string   `json:"patches"`   // absolute path of a quilt-style series file, "" if not given
 	Allowlist string   `json:"allowlist"` // absolute path, "" if not given
 	Cmdline   []string `json:"cmdline"`
+	// KataParity, when set, holds the final config to Kata's own guest kernel, symbol by symbol.
+	KataParity *KataParity `json:"kata_parity,omitempty"`
+}
+
+// KataParity names the list of symbols Kata's guest kernel requests and the allow-list of the ones
+// we do not match (each with its reason). Both paths are absolute.
+type KataParity struct {
+	Symbols   string `json:"symbols"`
+	Allowlist string `json:"allowlist"`
 }
 
 // Base config keywords: the kernel's own make targets.

@@ -12,6 +12,16 @@ func (d *decoder) validateKernel(k *Kernel) {
 		d.errorf("kernel.base", "Empty kernel base config", "base must be %s, or the path of a config file.", quoteList(baseKeywords))
 	}
 	d.checkParams("kernel.cmdline", k.Cmdline)
+	if p := k.KataParity; p != nil {
+		if p.Symbols == "" && !d.failed["kernel.kata_parity.symbols"] {
+			d.errorf("kernel.kata_parity.symbols", "Empty Kata symbol list",
+				"symbols names the list of Kata's kernel symbols, e.g. \"../kernel/kata/kata-4.1.0-x86_64.conf\" (make kata-fragments writes it).")
+		}
+		if p.Allowlist == "" && !d.failed["kernel.kata_parity.allowlist"] {
+			d.errorf("kernel.kata_parity.allowlist", "Empty parity allow-list",
+				"allowlist names the file that says, one symbol a line, why we differ from Kata, e.g. \"../kernel/kata/parity-allowlist\".")
+		}
+	}
 }
 
 func (d *decoder) validateSource(s *KernelSource) {

@@ -1,6 +1,7 @@
 package spec
 
 import (
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -69,5 +70,31 @@ func TestVeritySpec(t *testing.T) {
 	v.File, v.Output = def.File, def.Output
 	if diff := cmp.Diff(def, v); diff != "" {
 		t.Errorf("verity.hcl drifted from images/allox.hcl beyond rootfs.verity (-default +verity):\n%s", diff)
+	}
+}
+
+// The bench's "before parity" appliance is the default one without the 80-kata-* fragments and the
+// parity proof: nothing else may differ, or the bench would measure something besides parity.
+func TestNoKataParitySpec(t *testing.T) {
+	def, v := loadAppliances(t, "no-kata-parity.hcl")
+	var parity []string
+	for _, f := range def.Kernel.Fragments {
+		if strings.HasPrefix(filepath.Base(f), "80-kata-") {
+			parity = append(parity, f)
+		}
+	}
+	if len(parity) == 0 || def.Kernel.KataParity == nil || v.Kernel.KataParity != nil {
+		t.Fatalf("want images/allox.hcl with 80-kata-* fragments (%d) and kata_parity, no-kata-parity.hcl without kata_parity", len(parity))
+	}
+	for _, f := range v.Kernel.Fragments {
+		if strings.HasPrefix(filepath.Base(f), "80-kata-") {
+			t.Errorf("no-kata-parity.hcl reads parity fragment %s", f)
+		}
+	}
+	v.Kernel.Fragments = append(v.Kernel.Fragments, parity...)
+	v.Kernel.KataParity = def.Kernel.KataParity
+	v.File, v.Output = def.File, def.Output
+	if diff := cmp.Diff(def, v); diff != "" {
+		t.Errorf("no-kata-parity.hcl drifted from images/allox.hcl beyond the parity fragments (-default +before):\n%s", diff)
 	}
 }

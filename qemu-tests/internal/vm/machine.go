@@ -3,6 +3,7 @@ package vm
 import (
 	"fmt"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -157,8 +158,19 @@ func (o Options) validateMachine() []error {
 	if o.Nvdimm != "" {
 		errs = append(errs, o.validateNvdimm()...)
 	}
+	if o.QMP != "" {
+		if len(o.QMP) >= maxSocketPath {
+			bad("QMP %q is %d bytes: a unix socket path must be shorter than %d; use a shorter directory", o.QMP, len(o.QMP), maxSocketPath)
+		}
+		if st, err := os.Stat(filepath.Dir(o.QMP)); err != nil || !st.IsDir() {
+			bad("QMP %q: its directory must exist (e.g. t.TempDir())", o.QMP)
+		}
+	}
 	return errs
 }
+
+// maxSocketPath is the size of sun_path in struct sockaddr_un on Linux.
+const maxSocketPath = 108
 
 func (o Options) validateNvdimm() []error {
 	var errs []error

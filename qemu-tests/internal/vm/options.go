@@ -44,6 +44,12 @@ type Options struct {
 	MaxMemoryMiB int  // -m ...,maxmem=; with MemSlots
 	MaxCPUs      int  // -smp ...,maxcpus= with Kata's topology; 0: no CPU hotplug
 	KataMachine  bool // Kata's -cpu (host,pmu=off; TCG: max,pmu=off), -rtc, -vga none, NUMA memory backend, virtio-rng
+
+	// QMP is the path of a unix socket for QEMU's QMP monitor (VM.QMP talks to it), through which a
+	// test hot-plugs CPUs, memory and disks as Kata's runtime does; "" for none.
+	QMP string
+	// SCSIController adds Kata's virtio-scsi controller (bus scsi0.0) for hot-plugged scsi-hd disks.
+	SCSIController bool
 }
 
 // ErrOptions is wrapped by every validation error of Options.
@@ -123,6 +129,8 @@ func (o Options) args(hostFwd map[int]int) []string {
 	a = append(a, o.Console.args()...)
 	a = append(a, o.kataKnobs()...)
 	a = append(a, o.nvdimmArgs()...)
+	a = append(a, o.qmpArgs()...)
+	a = append(a, o.scsiControllerArgs()...)
 	a = append(a, "-kernel", o.Kernel)
 	if o.Initrd != "" {
 		a = append(a, "-initrd", o.Initrd)
