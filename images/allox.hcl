@@ -109,6 +109,9 @@ kata {
   # Kata's default NVDIMM attachment (/dev/pmem0p1 with dax): the image gets the 2 MiB DAX header
   # and a size that is a multiple of 128 MiB; it still boots as virtio-blk (/dev/vda1).
   nvdimm        = true
+  # How Kata attaches container block devices; pinned in the drop-ins, and kata-check holds the
+  # kernel to it (virtio-scsi, Kata's x86_64 default, needs 80-kata-block.conf).
+  block_device_driver = "virtio-scsi"
 }
 
 output {

@@ -44,6 +44,7 @@ type dropIn struct {
 	RootfsType         string `toml:"rootfs_type"`
 	DisableImageNvdimm bool   `toml:"disable_image_nvdimm"`
 	KernelVerityParams string `toml:"kernel_verity_params"`
+	BlockDeviceDriver  string `toml:"block_device_driver"`
 	KernelParams       string `toml:"kernel_params"`
 	DefaultMemory      int    `toml:"default_memory"`
 }
@@ -90,7 +91,8 @@ func (k kataBoot) root(d dropIn) (dev string, dax bool) {
 // cmdline is the command line Kata's Go runtime would pass with the drop-in d.
 func (k kataBoot) cmdline(tb testing.TB, d dropIn) []string {
 	tb.Helper()
-	b := kata.Boot{MaxVCPUs: runtime.NumCPU(), Agent: k.agent, KernelParams: append(strings.Fields(d.KernelParams), k.extra...)}
+	b := kata.Boot{MaxVCPUs: runtime.NumCPU(), Agent: k.agent, BlockDeviceDriver: d.BlockDeviceDriver,
+		KernelParams: append(strings.Fields(d.KernelParams), k.extra...)}
 	if k.mode == imageMode {
 		b.Image, b.DisableImageNvdimm, b.RootfsType = true, !k.nvdimm, d.RootfsType
 		b.KernelVerityParams = d.KernelVerityParams

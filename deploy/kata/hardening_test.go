@@ -191,11 +191,11 @@ var goHypervisorKeys = strings.Fields(`path jailer_path kernel initrd image root
 // rsHypervisorKeys are the runtime-rs [hypervisor.*] keys the drop-ins may write, each a field of
 // Kata 4.1.0's kata-types Hypervisor or a struct it flattens (config/hypervisor/mod.rs: BootInfo
 // kernel ... vm_rootfs_driver, BlockDeviceInfo disable_image_nvdimm, MemoryInfo default_memory,
-// SecurityInfo enable_annotations). runtime-rs ignores any other key silently, so a misspelt key
+// SecurityInfo enable_annotations; BlockDeviceInfo block_device_driver). runtime-rs ignores any other key silently, so a misspelt key
 // would simply not apply: enable_annotations misspelt would leave Kata's, which allows
 // kernel_params.
 var rsHypervisorKeys = strings.Fields(`kernel image initrd rootfs_type kernel_params kernel_verity_params
-	vm_rootfs_driver disable_image_nvdimm default_memory enable_annotations`)
+	vm_rootfs_driver disable_image_nvdimm block_device_driver default_memory enable_annotations`)
 
 // TestDropInKeysKnownToTheirRuntime: every key of each drop-in is one its runtime reads, because
 // the Go runtime refuses to start on any other and runtime-rs drops it without a word.
@@ -222,5 +222,45 @@ func TestDropInKeysKnownToTheirRuntime(t *testing.T) {
 	}
 	if slices.Contains(goHypervisorKeys, "vm_rootfs_driver") {
 		t.Error("BUG: vm_rootfs_driver is runtime-rs's only: in the Go runtime's drop-in it would be fatal")
+	}
+}
+
+// TestBlockDeviceDriverPinned: whatever the base configuration says, both drop-ins leave Kata with
+// the driver the guest kernel was built for (kata-check holds the kernel to the same value), and an
+// unknown driver is refused naming the field.
+func TestBlockDeviceDriverPinned(t *testing.T) {
+	for _, driver := range []string{"", "virtio-scsi", "virtio-blk"} {
+		a := cases["image"]
+		a.BlockDeviceDriver = driver
+		files, err := Render(a)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want := driver
+		if want == "" {
+			want = DefaultBlockDeviceDriver
+		}
+		rsWant := want
+		if want == "virtio-blk" {
+			rsWant = "virtio-blk-pci" // runtime-rs's name for it (kata-types BlockDeviceInfo::validate)
+		}
+		for _, base := range []string{"virtio-scsi", "virtio-blk", "nvdimm"} {
+			b := shipped
+			b.BlockDeviceDriver = base
+			for _, f := range files {
+				w := want
+				if f.Name == RuntimeRsDropIn {
+					w = rsWant
+				}
+				if got, _ := decode(t, b, f.Data); got.BlockDeviceDriver != w {
+					t.Errorf("BlockDeviceDriver %q over a base with %q: %s leaves %q; want %q", driver, base, f.Name, got.BlockDeviceDriver, w)
+				}
+			}
+		}
+	}
+	a := cases["image"]
+	a.BlockDeviceDriver = "virtio-mmio"
+	if _, err := Render(a); err == nil || !strings.Contains(err.Error(), `BlockDeviceDriver: block_device_driver "virtio-mmio"`) {
+		t.Errorf("Render with BlockDeviceDriver virtio-mmio = %v; want it refused naming the field", err)
 	}
 }

@@ -97,6 +97,7 @@ type qemu struct {
 	DisableImageNvdimm bool     `toml:"disable_image_nvdimm"`
 	VMRootfsDriver     string   `toml:"vm_rootfs_driver"` // runtime-rs only
 	KernelVerityParams string   `toml:"kernel_verity_params"`
+	BlockDeviceDriver  string   `toml:"block_device_driver"`
 	EnableAnnotations  []string `toml:"enable_annotations"`
 	MachineType        string   `toml:"machine_type"`
 }
@@ -147,6 +148,8 @@ func decode(t *testing.T, base qemu, data []byte) (qemu, []string) {
 			got.KernelVerityParams = dropIn.KernelVerityParams
 		case "enable_annotations":
 			got.EnableAnnotations = dropIn.EnableAnnotations
+		case "block_device_driver":
+			got.BlockDeviceDriver = dropIn.BlockDeviceDriver
 		default:
 			t.Errorf("unexpected key %q", k)
 		}
@@ -166,6 +169,8 @@ var shipped = qemu{
 	KernelVerityParams: "root_hash=aa,salt=bb,data_blocks=1,data_block_size=4096,hash_block_size=4096",
 	VMRootfsDriver:     "virtio-pmem",
 	MachineType:        "q35",
+	// Kata's x86_64 DEFBLOCKSTORAGEDRIVER_QEMU; a platform's base configuration may say virtio-blk.
+	BlockDeviceDriver: "virtio-blk",
 }
 
 func TestRenderParsesBack(t *testing.T) {
@@ -178,28 +183,28 @@ func TestRenderParsesBack(t *testing.T) {
 			name: "image",
 			wantGo: qemu{Kernel: "/opt/allox/share/vmlinux-6.18", Image: "/opt/allox/share/allox-agent.img", RootfsType: "ext4",
 				KernelParams:  `cgroup_no_v1=all systemd.unified_cgroup_hierarchy=1 allox.note="quoted\value"`,
-				DefaultMemory: 2048, DisableImageNvdimm: true, VMRootfsDriver: "virtio-pmem", MachineType: "q35",
+				DefaultMemory: 2048, DisableImageNvdimm: true, VMRootfsDriver: "virtio-pmem", MachineType: "q35", BlockDeviceDriver: "virtio-scsi",
 				EnableAnnotations: []string{"^default_vcpus$", "^default_memory$"}},
-			goKeys: []string{"kernel", "image", "initrd", "rootfs_type", "disable_image_nvdimm", "kernel_verity_params", "kernel_params", "default_memory", "enable_annotations"},
+			goKeys: []string{"kernel", "image", "initrd", "rootfs_type", "disable_image_nvdimm", "kernel_verity_params", "kernel_params", "default_memory", "enable_annotations", "block_device_driver"},
 		},
 		{
 			name: "image-nvdimm-default-memory",
 			wantGo: qemu{Kernel: "/opt/allox/share/vmlinux-6.18", Image: "/opt/allox/share/allox-agent.img", RootfsType: "erofs",
-				DefaultMemory: 2048, VMRootfsDriver: "virtio-pmem", MachineType: "q35", EnableAnnotations: []string{}},
-			goKeys: []string{"kernel", "image", "initrd", "rootfs_type", "disable_image_nvdimm", "kernel_verity_params", "kernel_params", "enable_annotations"},
+				DefaultMemory: 2048, VMRootfsDriver: "virtio-pmem", MachineType: "q35", BlockDeviceDriver: "virtio-scsi", EnableAnnotations: []string{}},
+			goKeys: []string{"kernel", "image", "initrd", "rootfs_type", "disable_image_nvdimm", "kernel_verity_params", "kernel_params", "enable_annotations", "block_device_driver"},
 		},
 		{
 			name: "image-verity",
 			wantGo: qemu{Kernel: "/opt/allox/share/vmlinux-6.18", Image: "/opt/allox/share/allox-agent.img", RootfsType: "ext4",
-				DefaultMemory: 2048, DisableImageNvdimm: true, VMRootfsDriver: "virtio-pmem", MachineType: "q35", KernelVerityParams: testVerity,
+				DefaultMemory: 2048, DisableImageNvdimm: true, VMRootfsDriver: "virtio-pmem", MachineType: "q35", BlockDeviceDriver: "virtio-scsi", KernelVerityParams: testVerity,
 				EnableAnnotations: []string{}},
-			goKeys: []string{"kernel", "image", "initrd", "rootfs_type", "disable_image_nvdimm", "kernel_verity_params", "kernel_params", "enable_annotations"},
+			goKeys: []string{"kernel", "image", "initrd", "rootfs_type", "disable_image_nvdimm", "kernel_verity_params", "kernel_params", "enable_annotations", "block_device_driver"},
 		},
 		{
 			name: "initrd",
 			wantGo: qemu{Kernel: "/opt/allox/share/vmlinux-6.18", Initrd: "/opt/allox/share/allox-agent.initrd", RootfsType: "ext4",
-				DefaultMemory: 1024, VMRootfsDriver: "virtio-pmem", MachineType: "q35", EnableAnnotations: []string{}},
-			goKeys: []string{"kernel", "image", "initrd", "kernel_verity_params", "kernel_params", "default_memory", "enable_annotations"},
+				DefaultMemory: 1024, VMRootfsDriver: "virtio-pmem", MachineType: "q35", BlockDeviceDriver: "virtio-scsi", EnableAnnotations: []string{}},
+			goKeys: []string{"kernel", "image", "initrd", "kernel_verity_params", "kernel_params", "default_memory", "enable_annotations", "block_device_driver"},
 		},
 	} {
 		t.Run(tt.name, func(t *testing.T) {

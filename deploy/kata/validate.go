@@ -43,6 +43,9 @@ func (a Assets) Validate() error {
 	default:
 		errs = append(errs, a.validateInitrd()...)
 	}
+	if _, err := BlockDriverKernelSymbols(a.BlockDeviceDriver); err != nil {
+		add("BlockDeviceDriver: %w", err)
+	}
 	if a.DefaultMemoryMiB < 0 {
 		add("DefaultMemoryMiB is %d: set a size in MiB, or 0 for Kata's default", a.DefaultMemoryMiB)
 	}

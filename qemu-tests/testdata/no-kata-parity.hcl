@@ -103,6 +103,8 @@ kata {
   # Kata's default NVDIMM attachment (/dev/pmem0p1 with dax): the image gets the 2 MiB DAX header
   # and a size that is a multiple of 128 MiB; it still boots as virtio-blk (/dev/vda1).
   nvdimm        = true
+  # Without 80-kata-block.conf the kernel has no SCSI: Kata must attach block devices as virtio-blk.
+  block_device_driver = "virtio-blk"
 }
 
 output {

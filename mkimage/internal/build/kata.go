@@ -21,7 +21,7 @@ func InstallDir(img *spec.Image) string { return "/opt/allox/" + img.Name }
 func writeKata(ctx context.Context, s *state) error {
 	img := s.opt.Spec
 	a := kata.Assets{RootfsType: img.Kata.RootfsType, KernelParams: img.Kata.KernelParams,
-		EnableAnnotations: img.Kata.EnableAnnotations}
+		EnableAnnotations: img.Kata.EnableAnnotations, BlockDeviceDriver: img.Kata.BlockDeviceDriver}
 	artifacts := []string{artifact.Kernel, artifact.Rootfs}
 	if img.Kata.BootMode == spec.BootInitrd {
 		artifacts[1] = artifact.Initramfs

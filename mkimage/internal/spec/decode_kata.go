@@ -9,6 +9,7 @@ var kataSchema = &hcl.BodySchema{
 		{Name: "kernel_params"},
 		{Name: "nvdimm"},
 		{Name: "enable_annotations"},
+		{Name: "block_device_driver"},
 		{Name: "require_agent"},
 	},
 	Blocks: []hcl.BlockHeaderSchema{{Type: "agent"}},
@@ -30,6 +31,7 @@ func (d *decoder) decodeKata(b *hcl.Block, k *Kata) {
 	attr(d, c, "kata", "kernel_params", &k.KernelParams)
 	attr(d, c, "kata", "nvdimm", &k.Nvdimm)
 	attr(d, c, "kata", "enable_annotations", &k.EnableAnnotations)
+	attr(d, c, "kata", "block_device_driver", &k.BlockDeviceDriver)
 	attr(d, c, "kata", "require_agent", &k.RequireAgent)
 	if ab := d.block(c, b.Body, "kata.agent", "agent", false); ab != nil {
 		const key = "kata.agent"

@@ -69,7 +69,7 @@ service "sh" {
 		Services: []Service{{Service: manifest.Service{
 			Name: "sh", Command: []string{"/bin/sh"}, Env: map[string]string{"HOME": "/root"}, Restart: "on-failure",
 		}}},
-		Kata:   Kata{BootMode: "image", RootfsType: "ext4", EnableAnnotations: []string{"default_vcpus", "default_memory"}},
+		Kata:   Kata{BootMode: "image", RootfsType: "ext4", EnableAnnotations: []string{"default_vcpus", "default_memory"}, BlockDeviceDriver: "virtio-scsi"},
 		Output: Output{Dir: filepath.Join(dir, "out")},
 	}
 	if diff := cmp.Diff(want, img); diff != "" {

@@ -81,7 +81,7 @@ func (d *decoder) decodeImage(body hcl.Body) *Image {
 	img := &Image{
 		Rootfs: Rootfs{Suite: DefaultSuite, Filesystem: DefaultFilesystem},
 		Kata: Kata{BootMode: BootImage, RootfsType: DefaultFilesystem,
-			EnableAnnotations: slices.Clone(kata.DefaultEnableAnnotations)},
+			EnableAnnotations: slices.Clone(kata.DefaultEnableAnnotations), BlockDeviceDriver: kata.DefaultBlockDeviceDriver},
 		Output: Output{Dir: DefaultOutputDir},
 	}
 	c := d.content("", body, imageSchema)

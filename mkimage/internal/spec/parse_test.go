@@ -104,7 +104,7 @@ func wantDefault(t *testing.T) *Image {
 			KernelParams: []string{"cgroup_no_v1=all", "systemd.unified_cgroup_hierarchy=1"},
 			Nvdimm:       true,
 			// The default: pods may size their VM and change nothing else.
-			EnableAnnotations: []string{"default_vcpus", "default_memory"},
+			EnableAnnotations: []string{"default_vcpus", "default_memory"}, BlockDeviceDriver: "virtio-scsi",
 		},
 		Output: Output{Dir: filepath.Join(root, "out")},
 	}

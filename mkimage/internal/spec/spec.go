@@ -109,6 +109,10 @@ type Kata struct {
 	// io.katacontainers.config.hypervisor.): the drop-ins' enable_annotations and the containerd
 	// handlers' pod_annotations. Default kata.DefaultEnableAnnotations; [] lets pods change nothing.
 	EnableAnnotations []string `json:"enable_annotations"`
+	// BlockDeviceDriver is block_device_driver, pinned in both drop-ins: "virtio-scsi" (Kata's
+	// x86_64 default; the kernel needs SCSI, SCSI_VIRTIO and BLK_DEV_SD) or "virtio-blk" (it needs
+	// VIRTIO_BLK). kata-check holds the kernel to it.
+	BlockDeviceDriver string `json:"block_device_driver"`
 	// RequireAgent says the image is for a Kata runtime: without a kata-agent in it the spec is
 	// refused and `mkimage kata-check` fails; when false a missing agent is only a warning.
 	RequireAgent bool `json:"require_agent"`

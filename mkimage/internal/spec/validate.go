@@ -94,6 +94,9 @@ func (d *decoder) validateRootfs(r *Rootfs) {
 	}
 }
 
+// blockDrivers are the block_device_driver values whose kernel drivers kata-check knows.
+var blockDrivers = []string{"virtio-scsi", "virtio-blk"}
+
 func (d *decoder) validateKata(k *Kata, r *Rootfs, services []Service) {
 	if !slices.Contains(bootModes, k.BootMode) {
 		d.errorf("kata.boot_mode", "Unknown boot mode", "boot_mode must be %s; got %q.%s",
@@ -106,6 +109,11 @@ func (d *decoder) validateKata(k *Kata, r *Rootfs, services []Service) {
 	}
 	d.checkParams("kata.kernel_params", k.KernelParams)
 	d.checkAnnotations("kata.enable_annotations", k.EnableAnnotations)
+	if !slices.Contains(blockDrivers, k.BlockDeviceDriver) {
+		d.errorf("kata.block_device_driver", "Unknown block device driver",
+			"kata.block_device_driver must be %s (how Kata attaches container block devices; the kernel must have its driver); got %q.%s",
+			quoteList(blockDrivers), k.BlockDeviceDriver, didYouMean(k.BlockDeviceDriver, blockDrivers))
+	}
 	if k.Nvdimm && k.BootMode == BootInitrd {
 		d.errorf("kata.nvdimm", "NVDIMM needs image mode",
 			"kata.nvdimm attaches the root disk image as an NVDIMM, but kata.boot_mode is %q, which boots no disk. Set boot_mode = %q or remove nvdimm.",

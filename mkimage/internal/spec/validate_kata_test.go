@@ -86,3 +86,29 @@ func TestEnableAnnotationsAccepted(t *testing.T) {
 		}
 	}
 }
+
+// TestBlockDeviceDriver: the default is Kata's virtio-scsi, virtio-blk is accepted, anything else
+// is refused naming kata.block_device_driver and the values it may take.
+func TestBlockDeviceDriver(t *testing.T) {
+	for value, want := range map[string]string{"": "virtio-scsi", `"virtio-scsi"`: "virtio-scsi", `"virtio-blk"`: "virtio-blk"} {
+		src := validSpec
+		if value != "" {
+			src = strings.Replace(src, `boot_mode = "image"`, `boot_mode = "image"`+"\n  block_device_driver = "+value, 1)
+		}
+		img, diags := Parse("test.hcl", []byte(src), "../../../images")
+		if len(diags) > 0 {
+			t.Fatalf("%s: %v", value, render(t, diags))
+		}
+		if img.Kata.BlockDeviceDriver != want {
+			t.Errorf("block_device_driver = %s: got %q; want %q", value, img.Kata.BlockDeviceDriver, want)
+		}
+	}
+	src := strings.Replace(validSpec, `boot_mode = "image"`, `boot_mode = "image"`+"\n  block_device_driver = \"virtio-blck\"", 1)
+	_, diags := Parse("test.hcl", []byte(src), "../../../images")
+	got := strings.Join(render(t, diags), "\n")
+	for _, w := range []string{"kata.block_device_driver", `"virtio-scsi" or "virtio-blk"`, `Did you mean "virtio-blk"?`} {
+		if !strings.Contains(got, w) {
+			t.Errorf("diagnostics lack %q:\n%s", w, got)
+		}
+	}
+}

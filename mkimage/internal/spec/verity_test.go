@@ -93,6 +93,11 @@ func TestNoKataParitySpec(t *testing.T) {
 	}
 	v.Kernel.Fragments = append(v.Kernel.Fragments, parity...)
 	v.Kernel.KataParity = def.Kernel.KataParity
+	// Without 80-kata-block.conf the kernel has no SCSI, so Kata must attach disks as virtio-blk.
+	if v.Kata.BlockDeviceDriver != "virtio-blk" {
+		t.Errorf("no-kata-parity.hcl: block_device_driver %q; its kernel has only virtio-blk", v.Kata.BlockDeviceDriver)
+	}
+	v.Kata.BlockDeviceDriver = def.Kata.BlockDeviceDriver
 	v.File, v.Output = def.File, def.Output
 	if diff := cmp.Diff(def, v); diff != "" {
 		t.Errorf("no-kata-parity.hcl drifted from images/allox.hcl beyond the parity fragments (-default +before):\n%s", diff)
