@@ -56,7 +56,8 @@ func newApp(pid int, testRoot string) (*app, error) {
 	a := &app{pid1: pid1, sigs: make(chan os.Signal, 8), level: new(slog.LevelVar), reaper: supervise.NewReaper()}
 	signal.Notify(a.sigs, shutdown.Signals...) // first of all: see shutdown.Signals
 	if pid1 {
-		a.sys = boot.Kernel()
+		// The store's mkfs.btrfs runs while the reaper reaps (the kata-agent starts first).
+		a.sys = boot.Kernel(a.reaper.CombinedOutput)
 		a.killAll = func(sig unix.Signal) error { return unix.Kill(-1, sig) }
 		a.unmount = unix.Unmount
 		a.reboot = unix.Reboot

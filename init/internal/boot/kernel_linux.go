@@ -18,8 +18,13 @@ import (
 // SystemPath is the PATH init uses for the tools it runs and gives to services.
 const SystemPath = "/usr/sbin:/usr/bin:/sbin:/bin"
 
-// Kernel returns the Sys that really mounts, configures and formats, rooted at "/".
-func Kernel() *Sys {
+// Runner runs a tool to its end and returns its combined output (exec.Cmd.CombinedOutput, or
+// the reaper's CombinedOutput once PID 1 reaps every child).
+type Runner func(ctx context.Context, cmd *exec.Cmd) ([]byte, error)
+
+// Kernel returns the Sys that really mounts, configures and formats, rooted at "/"; run runs the
+// tools it needs (mkfs.btrfs).
+func Kernel(run Runner) *Sys {
 	return &Sys{
 		Root:         "/",
 		Mount:        mountFS,
@@ -27,7 +32,7 @@ func Kernel() *Sys {
 		LinkUp:       netconf.LinkUp,
 		AddrAdd:      netconf.AddrAdd,
 		DefaultRoute: netconf.DefaultRoute,
-		Mkfs:         MkfsBtrfs("/"),
+		Mkfs:         MkfsBtrfs("/", run),
 		Loop:         AttachLoop,
 		LeaveRootfs:  leaveRootfs,
 		StoreWait:    2 * time.Second,
@@ -53,7 +58,7 @@ func LookPath(root, name string) (string, error) {
 
 // MkfsBtrfs returns a Sys.Mkfs that runs mkfs.btrfs from root. It never passes --force: mkfs
 // refuses a device where it finds a filesystem, a second guard after Classify.
-func MkfsBtrfs(root string) func(ctx context.Context, dev, label string, mixed bool) error {
+func MkfsBtrfs(root string, run Runner) func(ctx context.Context, dev, label string, mixed bool) error {
 	return func(ctx context.Context, dev, label string, mixed bool) error {
 		bin, err := LookPath(root, "mkfs.btrfs")
 		if err != nil {
@@ -67,9 +72,9 @@ func MkfsBtrfs(root string) func(ctx context.Context, dev, label string, mixed b
 			args = append(args, "--mixed")
 		}
 		args = append(args, dev)
-		cmd := exec.CommandContext(ctx, bin, args...)
+		cmd := exec.Command(bin, args...)
 		cmd.Env = []string{"PATH=" + SystemPath}
-		if out, err := cmd.CombinedOutput(); err != nil {
+		if out, err := run(ctx, cmd); err != nil {
 			return fmt.Errorf("%s %s: %w: %s", bin, strings.Join(args, " "), err, strings.TrimSpace(string(out)))
 		}
 		return nil

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -22,7 +23,8 @@ func realSys(t *testing.T) *Sys {
 	if _, err := LookPath("/", "mkfs.btrfs"); err != nil {
 		t.Skipf("%v", err)
 	}
-	sys := Kernel()
+	// No reaper runs in this test process: exec.Cmd.CombinedOutput may wait for the child itself.
+	sys := Kernel(func(_ context.Context, cmd *exec.Cmd) ([]byte, error) { return cmd.CombinedOutput() })
 	sys.Root, sys.StoreWait = t.TempDir(), 0
 	return sys
 }

@@ -4,9 +4,13 @@
 package supervise
 
 import (
+	"bytes"
 	"context"
 	"errors"
+	"fmt"
+	"io"
 	"os"
+	"os/exec"
 	"os/signal"
 	"sync"
 	"time"
@@ -113,4 +117,52 @@ func ExitStatus(ws unix.WaitStatus) int {
 		return 128 + int(ws.Signal())
 	}
 	return -1
+}
+
+// CombinedOutput runs cmd and returns its stdout and stderr together, as exec.Cmd.CombinedOutput
+// does, but takes the exit status from the reaper: while Run reaps, exec.Cmd.Wait would race it
+// for the child and fail with ECHILD ("waitid: no child processes"). Boot steps that run a tool
+// after the reaper has started (the store's mkfs.btrfs, while the kata-agent already runs) must
+// use this. ctx kills the command. cmd must not have Stdout, Stderr or a context of its own.
+func (r *Reaper) CombinedOutput(ctx context.Context, cmd *exec.Cmd) ([]byte, error) {
+	if cmd.Stdout != nil || cmd.Stderr != nil {
+		return nil, errors.New("CombinedOutput: Stdout or Stderr already set")
+	}
+	pr, pw, err := os.Pipe()
+	if err != nil {
+		return nil, err
+	}
+	defer pr.Close()
+	// Files, not writers: exec then copies nothing itself, and nothing waits for the command
+	// but the reaper.
+	cmd.Stdout, cmd.Stderr = pw, pw
+	pid, status, err := r.Start(func() (int, error) {
+		if err := cmd.Start(); err != nil {
+			return 0, err
+		}
+		return cmd.Process.Pid, nil
+	})
+	pw.Close()
+	if err != nil {
+		return nil, err
+	}
+	defer cmd.Process.Release()
+	var out bytes.Buffer
+	copied := make(chan error, 1)
+	go func() { _, err := io.Copy(&out, pr); copied <- err }()
+	var ws unix.WaitStatus
+	select {
+	case ws = <-status:
+	case <-ctx.Done():
+		_ = unix.Kill(pid, unix.SIGKILL)
+		ws = <-status
+	}
+	<-copied // the command has exited: its end of the pipe is closed (unless a child keeps it)
+	switch st := ExitStatus(ws); {
+	case ctx.Err() != nil:
+		return out.Bytes(), fmt.Errorf("%s: %w", cmd.Path, context.Cause(ctx))
+	case st != 0:
+		return out.Bytes(), fmt.Errorf("%s: exit status %d", cmd.Path, st)
+	}
+	return out.Bytes(), nil
 }
