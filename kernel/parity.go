@@ -1,8 +1,6 @@
 package kernel
 
 import (
-	"bufio"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -35,33 +33,22 @@ type ParityAllowlist map[string]Deviation
 // symbol has its own line; the category groups the reasons (and "absent" is checked against Kconfig).
 func ParseParityAllowlist(r io.Reader, file string) (ParityAllowlist, error) {
 	a := ParityAllowlist{}
-	var errs []error
-	sc := bufio.NewScanner(r)
-	for n := 1; sc.Scan(); n++ {
-		line := strings.TrimSpace(sc.Text())
-		if line == "" || strings.HasPrefix(line, "#") {
-			continue
-		}
-		sym, rest, _ := strings.Cut(line, " ")
-		name, ok := strings.CutPrefix(sym, "CONFIG_")
+	err := scanSymbolLines(r, file, func(n int, sym, name, rest string) error {
 		cat, reason, hasColon := strings.Cut(strings.TrimSpace(rest), ":")
 		cat, reason = strings.TrimSpace(cat), strings.TrimSpace(reason)
-		prev, dup := a[name]
-		switch {
-		case !ok || name == "":
-			errs = append(errs, fmt.Errorf("%s:%d: %q must start with CONFIG_NAME", file, n, sym))
-		case !hasColon || cat == "" || strings.ContainsAny(cat, " \t") || reason == "":
-			errs = append(errs, fmt.Errorf("%s:%d: %s needs \"category: reason\" after the name, e.g. \"%s netfilter: the guest does no packet filtering\"", file, n, sym, sym))
-		case dup:
-			errs = append(errs, fmt.Errorf("%s:%d: %s is listed again (first on line %d): keep one line", file, n, sym, prev.Line))
-		default:
-			a[name] = Deviation{Category: cat, Reason: reason, Line: n}
+		if !hasColon || cat == "" || strings.ContainsAny(cat, " \t") || reason == "" {
+			return fmt.Errorf("%s:%d: %s needs \"category: reason\" after the name, e.g. \"%s netfilter: the guest does no packet filtering\"", file, n, sym, sym)
 		}
+		if prev, dup := a[name]; dup {
+			return fmt.Errorf("%s:%d: %s is listed again (first on line %d): keep one line", file, n, sym, prev.Line)
+		}
+		a[name] = Deviation{Category: cat, Reason: reason, Line: n}
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
-	if err := sc.Err(); err != nil {
-		return nil, fmt.Errorf("read %s: %w", file, err)
-	}
-	return a, errors.Join(errs...)
+	return a, nil
 }
 
 // SymbolSet answers whether our kernel's Kconfig declares a symbol.

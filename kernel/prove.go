@@ -59,28 +59,45 @@ type Allowlist map[string]string
 // reason is an error: the allow-list is an escape that must say why.
 func ParseAllowlist(r io.Reader, file string) (Allowlist, error) {
 	a := Allowlist{}
+	err := scanSymbolLines(r, file, func(n int, sym, name, rest string) error {
+		if strings.TrimSpace(rest) == "" {
+			return fmt.Errorf("%s:%d: %s has no reason: write why it may differ after the name", file, n, sym)
+		}
+		a[name] = strings.TrimSpace(rest)
+		return nil
+	})
+	if err != nil {
+		return nil, err
+	}
+	return a, nil
+}
+
+// scanSymbolLines reads an allow-list: blank lines and '#' comment lines are skipped, every other
+// line starts with CONFIG_NAME. line gets the line number, the first word (sym), the name after
+// CONFIG_ and the rest of the line; its errors and every malformed name are joined. A read error
+// is returned alone.
+func scanSymbolLines(r io.Reader, file string, line func(n int, sym, name, rest string) error) error {
 	var errs []error
 	sc := bufio.NewScanner(r)
 	for n := 1; sc.Scan(); n++ {
-		line := strings.TrimSpace(sc.Text())
-		if line == "" || strings.HasPrefix(line, "#") {
+		text := strings.TrimSpace(sc.Text())
+		if text == "" || strings.HasPrefix(text, "#") {
 			continue
 		}
-		sym, reason, _ := strings.Cut(line, " ")
+		sym, rest, _ := strings.Cut(text, " ")
 		name, ok := strings.CutPrefix(sym, "CONFIG_")
-		switch {
-		case !ok || name == "":
+		if !ok || name == "" {
 			errs = append(errs, fmt.Errorf("%s:%d: %q must start with CONFIG_NAME", file, n, sym))
-		case strings.TrimSpace(reason) == "":
-			errs = append(errs, fmt.Errorf("%s:%d: %s has no reason: write why it may differ after the name", file, n, sym))
-		default:
-			a[name] = strings.TrimSpace(reason)
+			continue
+		}
+		if err := line(n, sym, name, rest); err != nil {
+			errs = append(errs, err)
 		}
 	}
 	if err := sc.Err(); err != nil {
-		return nil, fmt.Errorf("read %s: %w", file, err)
+		return fmt.Errorf("read %s: %w", file, err)
 	}
-	return a, errors.Join(errs...)
+	return errors.Join(errs...)
 }
 
 // Explainer says why a symbol could not take a value (its unmet dependencies). The Kconfig reader

@@ -3,8 +3,6 @@ package kernel
 import (
 	"archive/tar"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -13,6 +11,8 @@ import (
 	"path"
 	"path/filepath"
 	"strings"
+
+	"github.com/allox-os/allox/internal/artifact"
 )
 
 // Source pins the kernel source: a Debian linux-source package at an exact version, or a local
@@ -127,16 +127,5 @@ func verify(file, want string) error {
 	return nil
 }
 
-// HashFile returns the hex sha256 of a file.
-func HashFile(p string) (string, error) {
-	f, err := os.Open(p)
-	if err != nil {
-		return "", err
-	}
-	defer f.Close()
-	h := sha256.New()
-	if _, err := io.Copy(h, f); err != nil {
-		return "", fmt.Errorf("hash %s: %w", p, err)
-	}
-	return hex.EncodeToString(h.Sum(nil)), nil
-}
+// HashFile returns the hex sha256 of a file (artifact.SHA256File).
+func HashFile(p string) (string, error) { return artifact.SHA256File(p) }

@@ -44,24 +44,8 @@ $bb poweroff -f
 // harness attached: disk order and serials, read-only, fw_cfg, the console, and the 127.0.0.1
 // forward. When an appliance boot fails, this test tells a harness problem from a guest one.
 func TestHarnessDevices(t *testing.T) {
-	needQEMU(t)
-	kernel := filepath.Join(outDir(), artifact.Kernel)
-	if _, err := os.Stat(kernel); err != nil {
-		unavailable(t, "artifacts missing in %s (no %s): run `make image` (or `make test`)", outDir(), artifact.Kernel)
-	}
-	if _, err := os.Stat(baseline.Busybox); err != nil {
-		unavailable(t, "%s missing: apt-get install busybox-static", baseline.Busybox)
-	}
 	dir := t.TempDir()
-	initrd := filepath.Join(dir, "devices.cpio")
-	f, err := os.Create(initrd)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := baseline.WriteBusyboxInitramfs(f, baseline.Busybox, deviceInit); err != nil {
-		t.Fatal(err)
-	}
-	f.Close()
+	kernel, initrd := busyboxBoot(t, dir, "devices.cpio", deviceInit)
 	disks := []vm.Disk{{Path: filepath.Join(dir, "a.img"), Serial: "harness-first", ReadOnly: true},
 		{Path: filepath.Join(dir, "b.img"), Serial: "harness-second"}}
 	for _, d := range disks {
@@ -111,4 +95,28 @@ func pingForwarded(port int) (string, error) {
 	}
 	line, err := bufio.NewReader(c).ReadString('\n')
 	return strings.TrimSpace(line), err
+}
+
+// busyboxBoot is the built appliance kernel and an initramfs in dir (named name) whose /init is
+// busybox running script: for the tests that check the kernel or the harness, not the appliance.
+func busyboxBoot(t *testing.T, dir, name, script string) (kernel, initrd string) {
+	t.Helper()
+	needQEMU(t)
+	kernel = filepath.Join(outDir(), artifact.Kernel)
+	if _, err := os.Stat(kernel); err != nil {
+		unavailable(t, "artifacts missing in %s (no %s): run `make image` (or `make test`)", outDir(), artifact.Kernel)
+	}
+	if _, err := os.Stat(baseline.Busybox); err != nil {
+		unavailable(t, "%s missing: apt-get install busybox-static", baseline.Busybox)
+	}
+	initrd = filepath.Join(dir, name)
+	f, err := os.Create(initrd)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	if err := baseline.WriteBusyboxInitramfs(f, baseline.Busybox, script); err != nil {
+		t.Fatal(err)
+	}
+	return kernel, initrd
 }

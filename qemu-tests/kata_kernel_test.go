@@ -11,8 +11,6 @@ import (
 	"time"
 
 	"github.com/allox-os/allox/deploy/kata"
-	"github.com/allox-os/allox/internal/artifact"
-	"github.com/allox-os/allox/internal/baseline"
 	"github.com/allox-os/allox/qemu-tests/internal/vm"
 )
 
@@ -53,24 +51,8 @@ type probeVM struct {
 // socket, memory hotplug slots and maxcpus 4; opt adjusts the options.
 func bootProbe(t *testing.T, script string, opt func(*vm.Options)) *probeVM {
 	t.Helper()
-	needQEMU(t)
-	kernel := filepath.Join(outDir(), artifact.Kernel)
-	if _, err := os.Stat(kernel); err != nil {
-		unavailable(t, "artifacts missing in %s (no %s): run `make image` (or `make test`)", outDir(), artifact.Kernel)
-	}
-	if _, err := os.Stat(baseline.Busybox); err != nil {
-		unavailable(t, "%s missing: apt-get install busybox-static", baseline.Busybox)
-	}
 	dir := t.TempDir()
-	initrd := filepath.Join(dir, "probe.cpio")
-	f, err := os.Create(initrd)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := baseline.WriteBusyboxInitramfs(f, baseline.Busybox, probePrelude+script+probeEnd); err != nil {
-		t.Fatal(err)
-	}
-	f.Close()
+	kernel, initrd := busyboxBoot(t, dir, "probe.cpio", probePrelude+script+probeEnd)
 	const maxCPUs = 4
 	cmdline, err := kata.KernelParams(kata.Boot{MaxVCPUs: maxCPUs, BlockDeviceDriver: kata.DefaultBlockDeviceDriver})
 	if err != nil {

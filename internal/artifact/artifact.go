@@ -3,8 +3,11 @@
 package artifact
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 )
@@ -81,4 +84,18 @@ func CacheDir() string {
 		return d
 	}
 	return "/var/cache/allox"
+}
+
+// SHA256File returns the hex sha256 of a file, as manifest.json records every input and output.
+func SHA256File(p string) (string, error) {
+	f, err := os.Open(p)
+	if err != nil {
+		return "", err
+	}
+	defer f.Close()
+	h := sha256.New()
+	if _, err := io.Copy(h, f); err != nil {
+		return "", fmt.Errorf("hash %s: %w", p, err)
+	}
+	return hex.EncodeToString(h.Sum(nil)), nil
 }

@@ -6,12 +6,9 @@
 package payload
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
 	"path"
@@ -178,7 +175,7 @@ func (m *Manifest) check(dir string, files []string) []error {
 			errs = append(errs, fmt.Errorf("%s: not listed in %s", f, artifact.Manifest))
 			continue
 		}
-		got, err := hashFile(filepath.Join(dir, filepath.FromSlash(f)))
+		got, err := artifact.SHA256File(filepath.Join(dir, filepath.FromSlash(f)))
 		if err != nil {
 			errs = append(errs, fmt.Errorf("%s: %w", f, err))
 			continue
@@ -188,19 +185,6 @@ func (m *Manifest) check(dir string, files []string) []error {
 		}
 	}
 	return errs
-}
-
-func hashFile(p string) (string, error) {
-	f, err := os.Open(p)
-	if err != nil {
-		return "", err
-	}
-	defer f.Close()
-	h := sha256.New()
-	if _, err := io.Copy(h, f); err != nil {
-		return "", err
-	}
-	return hex.EncodeToString(h.Sum(nil)), nil
 }
 
 // Required are the files a payload in dir cannot do without: manifest.json, the SBOM, install.sh,
