@@ -23,7 +23,7 @@ func TestRouterAuditsMutations(t *testing.T) {
 	for name, a := range map[string]Action{
 		"process.start":     {Handler: ok},
 		"checkpoint.delete": {Handler: fenced},
-		"session.unfence":   {Handler: ok, HostOnly: true},
+		"session.unfence":   {Handler: ok, Scope: ScopeHost},
 		"session.get":       {Handler: ok, ReadOnly: true},
 	} {
 		if err := r.Register(name, a); err != nil {

@@ -26,13 +26,52 @@ const (
 	Loopback Origin = iota
 	// Host is the host-facing listener; every call on it carried the bearer token (--listen-host).
 	Host
+	// Session is one session's own socket (/run/allox/session.sock in its runs): the caller is
+	// that session, known from the socket that accepted the connection (Call.Caller).
+	Session
 )
 
 func (o Origin) String() string {
-	if o == Host {
+	switch o {
+	case Host:
 		return "host"
+	case Session:
+		return "session"
 	}
 	return "loopback"
+}
+
+// Scope is the set of listeners an action is served on.
+type Scope uint8
+
+const (
+	// ScopeLoopback serves the action on the guest's control listener (--listen).
+	ScopeLoopback Scope = 1 << iota
+	// ScopeHost serves it on the host listener (--listen-host, bearer token).
+	ScopeHost
+	// ScopeSession serves it on every session's own socket, always about the caller's session.
+	ScopeSession
+
+	// ScopeControl is the default (the zero Scope): both control listeners, no session socket.
+	ScopeControl = ScopeLoopback | ScopeHost
+)
+
+func (s Scope) has(o Origin) bool {
+	if s == 0 {
+		s = ScopeControl
+	}
+	switch o {
+	case Host:
+		return s&ScopeHost != 0
+	case Session:
+		return s&ScopeSession != 0
+	}
+	return s&ScopeLoopback != 0
+}
+
+// SessionRef names a session.
+type SessionRef struct {
+	AgentID, SessionID string
 }
 
 // Call is one decoded request as a handler sees it.
@@ -41,6 +80,8 @@ type Call struct {
 	// Params is the params object ("{}" when the client sent none); decode it with rpc.DecodeParams.
 	Params json.RawMessage
 	Origin Origin
+	// Caller is the session whose socket the call arrived on (Origin Session only, else nil).
+	Caller *SessionRef
 
 	after []func() error
 }
@@ -57,12 +98,29 @@ type Handler func(ctx context.Context, c *Call) (any, error)
 // Action is a registered action.
 type Action struct {
 	Handler Handler
-	// HostOnly actions are refused with rpc.CodeForbidden on the loopback listener: processes in the
-	// guest (agents among them) must not reach them.
-	HostOnly bool
+	// Scope says where the action is served (zero: ScopeControl). Elsewhere it is refused with
+	// rpc.CodeForbidden: processes in the guest (agents among them) must not reach host-only
+	// actions, and a session socket serves only what is about its own session.
+	Scope Scope
 	// ReadOnly actions change nothing and are not audited; every other call (refused ones too) is
 	// one line of the audit log (see Router.SetAudit).
 	ReadOnly bool
+}
+
+// where says, for a refusal, where an action is served.
+func (s Scope) where() string {
+	if s == 0 {
+		s = ScopeControl
+	}
+	switch {
+	case s == ScopeHost:
+		return "it is accepted only on the host listener (--listen-host) with its bearer token"
+	case s == ScopeSession:
+		return "it is accepted only on a session's own socket, /run/allox/session.sock inside the session's runs"
+	case s&ScopeSession == 0:
+		return "it is accepted on the daemon's control listeners, not on a session socket"
+	}
+	return "it is accepted on the daemon's control listeners and on session sockets"
 }
 
 // Router maps action names to handlers. Domains and plugins register into it explicitly, from main;
@@ -133,9 +191,8 @@ func (r *Router) dispatch(ctx context.Context, a Action, ok bool, c *Call) (any,
 		return nil, &rpc.Error{Code: rpc.CodeUnknownAction, Field: "action", Choices: known,
 			Message: fmt.Sprintf("unknown action %q: use one of %s", c.Action, strings.Join(known, ", "))}
 	}
-	if a.HostOnly && c.Origin != Host {
-		return nil, rpc.Errorf(rpc.CodeForbidden, "action",
-			"%s is accepted only on the host listener (--listen-host) with its bearer token, not on the %s listener", c.Action, c.Origin)
+	if !a.Scope.has(c.Origin) {
+		return nil, rpc.Errorf(rpc.CodeForbidden, "action", "%s is not served on the %s listener: %s", c.Action, c.Origin, a.Scope.where())
 	}
 	return a.Handler(ctx, c)
 }

@@ -41,7 +41,7 @@ func TestDispatch(t *testing.T) {
 	r := NewRouter()
 	r.Register("zeta.run", Action{Handler: ok})
 	r.Register("alpha.run", Action{Handler: ok})
-	r.Register("host.only", Action{Handler: ok, HostOnly: true})
+	r.Register("host.only", Action{Handler: ok, Scope: ScopeHost})
 	ctx := context.Background()
 
 	_, err := r.Dispatch(ctx, &Call{Action: "nope.run"})

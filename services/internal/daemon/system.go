@@ -22,7 +22,7 @@ func RegisterSystemWith(r *Router, s *system.System, ws *workspace.Service) erro
 	return errors.Join(
 		r.Register(rpc.ActionSystemInfo, Action{Handler: h.info, ReadOnly: true}),
 		r.Register(rpc.ActionSystemKernelConfig, Action{Handler: h.kernelConfig, ReadOnly: true}),
-		r.Register(rpc.ActionSystemPowerOff, Action{Handler: h.powerOff, HostOnly: true}),
+		r.Register(rpc.ActionSystemPowerOff, Action{Handler: h.powerOff, Scope: ScopeHost}),
 	)
 }
 

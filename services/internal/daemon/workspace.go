@@ -24,7 +24,7 @@ func RegisterWorkspace(r *Router, w *workspace.Service, hook RunHook) error {
 		r.Register(rpc.ActionSessionDelete, Action{Handler: h.sessionDelete}),
 		r.Register(rpc.ActionSessionRollback, Action{Handler: h.sessionRollback}),
 		r.Register(rpc.ActionSessionFence, Action{Handler: h.sessionFence}),
-		r.Register(rpc.ActionSessionUnfence, Action{Handler: h.sessionUnfence, HostOnly: true}),
+		r.Register(rpc.ActionSessionUnfence, Action{Handler: h.sessionUnfence, Scope: ScopeHost}),
 		r.Register(rpc.ActionCheckpointCreate, Action{Handler: h.checkpointCreate}),
 		r.Register(rpc.ActionCheckpointGet, Action{Handler: h.checkpointGet, ReadOnly: true}),
 		r.Register(rpc.ActionCheckpointList, Action{Handler: h.checkpointList, ReadOnly: true}),

@@ -101,6 +101,13 @@ func bwrapArgs(cfg *Config, req *StartRequest, cwd, tmpDir string, masks []strin
 	} else {
 		a = append(a, "--ro-bind", ws.Shared, ws.Shared)
 	}
+	for _, mt := range req.Extra.Mounts {
+		op := "--bind"
+		if mt.ReadOnly {
+			op = "--ro-bind"
+		}
+		a = append(a, op, mt.Source, mt.Target)
+	}
 	a = append(a, "--bind", ws.Current, ws.Current, "--chdir", cwd, "--clearenv")
 	for _, kv := range sandboxEnv(req) {
 		a = append(a, "--setenv", kv[0], kv[1])
@@ -112,6 +119,9 @@ func bwrapArgs(cfg *Config, req *StartRequest, cwd, tmpDir string, masks []strin
 func sandboxEnv(req *StartRequest) [][2]string {
 	env := map[string]string{"PATH": sandboxPath, "TMPDIR": "/tmp"}
 	for k, v := range req.Env {
+		env[k] = v
+	}
+	for k, v := range req.Extra.Env {
 		env[k] = v
 	}
 	env["HOME"] = req.Workspace.Current

@@ -296,7 +296,8 @@ func (m *Manager) boundaryCmd(req *StartRequest, cwd, tmp string) (*launch, erro
 		closeFiles([]*os.File{args, filter})
 		return nil, fmt.Errorf("info fd: %w", err)
 	}
-	cmd := exec.Command(m.cfg.Bwrap, append([]string{"--args", strconv.Itoa(argsFD), "--"}, req.Argv...)...)
+	argv := append(append(append([]string(nil), req.Extra.Prefix...), m.cfg.Bwrap, "--args", strconv.Itoa(argsFD), "--"), req.Argv...)
+	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Env = []string{"PATH=" + sandboxPath} // bwrap --clearenv anyway
 	cmd.Dir = "/"
 	cmd.SysProcAttr = &syscall.SysProcAttr{Credential: &syscall.Credential{Uid: m.cfg.RunUID, Gid: m.cfg.RunGID, Groups: []uint32{}}}

@@ -131,6 +131,31 @@ type StartRequest struct {
 	// Observer, if set, watches this run from before its command starts until after its last
 	// process has exited (the system-effects observer).
 	Observer Observer
+	// Extra is what the daemon's plugins (and its session socket) add to the run's sandbox.
+	Extra Extra
+}
+
+// Extra is what is added to a run beyond its request: the daemon's plugins' contributions and
+// its own session socket and client, merged by the daemon (which refuses conflicts between them).
+type Extra struct {
+	// Prefix is wrapped around a sandboxed run's launch: Prefix[0] is started (in the run's
+	// cgroup, as the run's identity, with the launcher's descriptors) with the rest of Prefix and
+	// then bwrap's command line as its arguments, and must exec them, keeping its pid and its
+	// descriptors. Managed runs have no sandbox launch and ignore it.
+	Prefix []string
+	// Env is set in the run's environment; the request's env may not name these variables.
+	Env map[string]string
+	// Mounts are bound into a sandboxed run (managed runs see the whole system anyway).
+	Mounts []Mount
+}
+
+// Mount is a bind mount into a sandboxed run. Source is a path on the guest that bwrap, already
+// the run's identity, can reach (every directory above it traversable by that uid); Target an
+// absolute path inside the sandbox, outside the workspace's paths, /proc, /dev and /tmp, whose
+// missing parent directories bwrap creates.
+type Mount struct {
+	Source, Target string
+	ReadOnly       bool
 }
 
 // Observer watches one run. Both calls happen while the run's cgroup is frozen: Begin with bwrap

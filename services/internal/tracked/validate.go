@@ -1,6 +1,7 @@
 package tracked
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -53,6 +54,12 @@ func validate(req *StartRequest, allowManaged bool) (string, error) {
 		if reservedEnv[k] {
 			return "", invalid("env", "%s is set by the sandbox and cannot be overridden", k)
 		}
+		if _, ok := req.Extra.Env[k]; ok {
+			return "", invalid("env", "%s is set by the daemon for every run (a plugin's or the session socket's) and cannot be overridden: leave it out", k)
+		}
+	}
+	if err := validateExtra(req); err != nil {
+		return "", err
 	}
 	if req.Managed && !allowManaged {
 		return "", invalid("sandbox", "managed (unsandboxed) execution is off: the daemon must be started with --managed-execution")
@@ -121,4 +128,30 @@ func under(p string, dirs ...string) bool {
 		}
 	}
 	return false
+}
+
+// validateExtra checks the daemon's additions to a run (a fault there is the daemon's, not the
+// caller's: the daemon checked them when its plugins loaded).
+func validateExtra(req *StartRequest) error {
+	for k, v := range req.Extra.Env {
+		if k == "" || strings.ContainsAny(k, "=\x00") || strings.ContainsRune(v, 0) || reservedEnv[k] {
+			return fmt.Errorf("%w: BUG: daemon env %q is not a settable variable", ErrSandbox, k)
+		}
+	}
+	ws := req.Workspace
+	for _, mt := range req.Extra.Mounts {
+		t := filepath.Clean(mt.Target)
+		if !filepath.IsAbs(mt.Source) || !filepath.IsAbs(mt.Target) || t != mt.Target || t == "/" {
+			return fmt.Errorf("%w: BUG: mount %s -> %s: both must be clean absolute paths", ErrSandbox, mt.Source, mt.Target)
+		}
+		for _, p := range []string{"/proc", "/dev", "/tmp", ws.Current, ws.Shared} {
+			if p != "" && (under(t, p) || under(p, t)) {
+				return fmt.Errorf("%w: BUG: mount target %s overlaps %s", ErrSandbox, t, p)
+			}
+		}
+	}
+	if len(req.Extra.Prefix) > 0 && !filepath.IsAbs(req.Extra.Prefix[0]) {
+		return fmt.Errorf("%w: BUG: command prefix %q must start with an absolute path", ErrSandbox, req.Extra.Prefix)
+	}
+	return nil
 }

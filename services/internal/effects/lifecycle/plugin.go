@@ -145,7 +145,7 @@ func (p *Plugin) takeObserver() (*observer, error) {
 // Register adds the host-only observer.abort action: the control plane ends a run's observation,
 // exactly as if the observer had crashed (the session is fenced and the run killed).
 func (p *Plugin) Register(r *daemon.Router) error {
-	return r.Register(rpc.ActionObserverAbort, daemon.Action{Handler: p.abort, HostOnly: true})
+	return r.Register(rpc.ActionObserverAbort, daemon.Action{Handler: p.abort, Scope: daemon.ScopeHost})
 }
 
 func (p *Plugin) abort(_ context.Context, c *daemon.Call) (any, error) {
