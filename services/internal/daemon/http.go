@@ -48,7 +48,7 @@ func (e *endpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if rerr != nil {
 		return
 	}
-	for _, f := range c.after {
+	for _, f := range c.Afters() {
 		if err := f(); err != nil {
 			e.log.LogAttrs(r.Context(), slog.LevelError, "after-response effect failed",
 				slog.String("action", c.Action), slog.String("error", err.Error()))

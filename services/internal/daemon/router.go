@@ -2,7 +2,6 @@ package daemon
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
@@ -13,115 +12,33 @@ import (
 
 	"github.com/allox-os/allox/internal/rpc"
 	"github.com/allox-os/allox/services/internal/audit"
+	"github.com/allox-os/allox/services/internal/plugin"
 )
 
 // ErrDuplicateAction is returned when an action name is registered twice.
 var ErrDuplicateAction = errors.New("action already registered")
 
-// Origin says which listener a call arrived on.
-type Origin int
-
-const (
-	// Loopback is the unauthenticated listener inside the guest (--listen).
-	Loopback Origin = iota
-	// Host is the host-facing listener; every call on it carried the bearer token (--listen-host).
-	Host
-	// Session is one session's own socket (/run/allox/session.sock in its runs): the caller is
-	// that session, known from the socket that accepted the connection (Call.Caller).
-	Session
+// The call types are Plugin API v1's (package plugin), so that core domains and plugins register
+// the same handlers.
+type (
+	Origin     = plugin.Origin
+	Scope      = plugin.Scope
+	SessionRef = plugin.SessionRef
+	Call       = plugin.Call
+	Handler    = plugin.Handler
+	Action     = plugin.Action
 )
 
-func (o Origin) String() string {
-	switch o {
-	case Host:
-		return "host"
-	case Session:
-		return "session"
-	}
-	return "loopback"
-}
-
-// Scope is the set of listeners an action is served on.
-type Scope uint8
-
+// Origins and scopes, as in package plugin.
 const (
-	// ScopeLoopback serves the action on the guest's control listener (--listen).
-	ScopeLoopback Scope = 1 << iota
-	// ScopeHost serves it on the host listener (--listen-host, bearer token).
-	ScopeHost
-	// ScopeSession serves it on every session's own socket, always about the caller's session.
-	ScopeSession
-
-	// ScopeControl is the default (the zero Scope): both control listeners, no session socket.
-	ScopeControl = ScopeLoopback | ScopeHost
+	Loopback      = plugin.Loopback
+	Host          = plugin.Host
+	Session       = plugin.Session
+	ScopeLoopback = plugin.ScopeLoopback
+	ScopeHost     = plugin.ScopeHost
+	ScopeSession  = plugin.ScopeSession
+	ScopeControl  = plugin.ScopeControl
 )
-
-func (s Scope) has(o Origin) bool {
-	if s == 0 {
-		s = ScopeControl
-	}
-	switch o {
-	case Host:
-		return s&ScopeHost != 0
-	case Session:
-		return s&ScopeSession != 0
-	}
-	return s&ScopeLoopback != 0
-}
-
-// SessionRef names a session.
-type SessionRef struct {
-	AgentID, SessionID string
-}
-
-// Call is one decoded request as a handler sees it.
-type Call struct {
-	Action string
-	// Params is the params object ("{}" when the client sent none); decode it with rpc.DecodeParams.
-	Params json.RawMessage
-	Origin Origin
-	// Caller is the session whose socket the call arrived on (Origin Session only, else nil).
-	Caller *SessionRef
-
-	after []func() error
-}
-
-// AfterResponse runs f once the successful reply has been written and flushed to the client (for
-// effects such as power-off that would otherwise cut the reply short). It is not run when the call
-// fails; an error from f is logged, since the client already has its reply.
-func (c *Call) AfterResponse(f func() error) { c.after = append(c.after, f) }
-
-// Handler serves one action: guard, validate params, call the domain, return its result (encoded as
-// JSON) or its error (mapped by rpcError).
-type Handler func(ctx context.Context, c *Call) (any, error)
-
-// Action is a registered action.
-type Action struct {
-	Handler Handler
-	// Scope says where the action is served (zero: ScopeControl). Elsewhere it is refused with
-	// rpc.CodeForbidden: processes in the guest (agents among them) must not reach host-only
-	// actions, and a session socket serves only what is about its own session.
-	Scope Scope
-	// ReadOnly actions change nothing and are not audited; every other call (refused ones too) is
-	// one line of the audit log (see Router.SetAudit).
-	ReadOnly bool
-}
-
-// where says, for a refusal, where an action is served.
-func (s Scope) where() string {
-	if s == 0 {
-		s = ScopeControl
-	}
-	switch {
-	case s == ScopeHost:
-		return "it is accepted only on the host listener (--listen-host) with its bearer token"
-	case s == ScopeSession:
-		return "it is accepted only on a session's own socket, /run/allox/session.sock inside the session's runs"
-	case s&ScopeSession == 0:
-		return "it is accepted on the daemon's control listeners, not on a session socket"
-	}
-	return "it is accepted on the daemon's control listeners and on session sockets"
-}
 
 // Router maps action names to handlers. Domains and plugins register into it explicitly, from main;
 // it is safe for concurrent use, so registration may also happen while serving.
@@ -191,8 +108,8 @@ func (r *Router) dispatch(ctx context.Context, a Action, ok bool, c *Call) (any,
 		return nil, &rpc.Error{Code: rpc.CodeUnknownAction, Field: "action", Choices: known,
 			Message: fmt.Sprintf("unknown action %q: use one of %s", c.Action, strings.Join(known, ", "))}
 	}
-	if !a.Scope.has(c.Origin) {
-		return nil, rpc.Errorf(rpc.CodeForbidden, "action", "%s is not served on the %s listener: %s", c.Action, c.Origin, a.Scope.where())
+	if !a.Scope.Serves(c.Origin) {
+		return nil, rpc.Errorf(rpc.CodeForbidden, "action", "%s is not served on the %s listener: %s", c.Action, c.Origin, a.Scope.Where())
 	}
 	return a.Handler(ctx, c)
 }
