@@ -62,6 +62,10 @@ func unknownParam(key string, allowed []string) *Error {
 	return e
 }
 
+// ParamNames lists the params a params struct (a pointer to one) accepts, sorted; ok is false for
+// open types (maps).
+func ParamNames(v any) (names []string, ok bool) { return fieldNames(reflect.TypeOf(v)) }
+
 // fieldNames lists the JSON keys a struct (or pointer to one) accepts, sorted. ok is false for types
 // whose keys are open (maps, interfaces), which are not checked here.
 func fieldNames(t reflect.Type) (names []string, ok bool) {

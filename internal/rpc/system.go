@@ -35,6 +35,19 @@ type SystemInfo struct {
 	// Quarantined lists the sessions the store quarantined (empty when none, or with
 	// --system-only); delete one with session.delete to recover it.
 	Quarantined []QuarantinedSession `json:"quarantined"`
+	// Plugins lists every plugin the daemon knows, in load order: whether it is installed (linked
+	// into this image) and enabled (by its flag), its Plugin API version and its own version.
+	Plugins []PluginInfo `json:"plugins"`
+}
+
+// PluginInfo is one plugin in system.info.
+type PluginInfo struct {
+	Name       string `json:"name"`
+	Installed  bool   `json:"installed"`
+	Enabled    bool   `json:"enabled"`
+	Flag       string `json:"flag"`
+	APIVersion int    `json:"api_version,omitempty"`
+	Version    string `json:"version,omitempty"`
 }
 
 // QuarantinedSession is one quarantined session in system.info.

@@ -1,6 +1,7 @@
 package rpc
 
 import (
+	"encoding/json"
 	"time"
 
 	"github.com/allox-os/allox/internal/limit"
@@ -150,6 +151,9 @@ type Run struct {
 	StderrDropped int64 `json:"stderr_dropped,omitempty"`
 	// Effects is the system-effects observer's report, for a run it watched.
 	Effects *Effects `json:"effects,omitempty"`
+	// Plugins is what the daemon's other plugins (Plugin API v1 run metadata) report on the run,
+	// by plugin name.
+	Plugins map[string]json.RawMessage `json:"plugins,omitempty"`
 }
 
 // Recovery in process.start params asks the system-effects observer for protocol v3: after the

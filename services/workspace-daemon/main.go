@@ -23,6 +23,7 @@ import (
 	"github.com/allox-os/allox/services/internal/daemon"
 	"github.com/allox-os/allox/services/internal/fence"
 	"github.com/allox-os/allox/services/internal/netguard"
+	"github.com/allox-os/allox/services/internal/plugin"
 	"github.com/allox-os/allox/services/internal/seccomp"
 	"github.com/allox-os/allox/services/internal/store"
 	"github.com/allox-os/allox/services/internal/system"
@@ -56,11 +57,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	if cfg.ProcessTreeProvider == daemon.ProviderEBPF && openProcessTree == nil {
-		return fmt.Errorf("--process-tree-provider=ebpf: %w", errProviderNotInstalled)
-	}
-	if cfg.Observer && openObserver == nil {
-		return fmt.Errorf("--observer: %w", errObserverNotInstalled)
+	return serve(ctx, cfg, knownPlugins(cfg), stderr)
+}
+
+// serve runs the daemon with the plugins it knows (tests add their own).
+func serve(ctx context.Context, cfg daemon.Config, known []plugin.Plugin, stderr io.Writer) (err error) {
+	plugins, err := plugin.New(known)
+	if err != nil {
+		return err
 	}
 	log := slog.New(slog.NewTextHandler(stderr, nil)).With("component", "workspace-daemon")
 	// The listeners' ports are the daemon's from the first moment, before the store opens.
@@ -76,6 +80,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		if ws, err = openWorkspace(cfg); err != nil {
 			return fmt.Errorf("workspace runtime: %w (--system-only serves system.* without it)", err)
 		}
+		defer ws.Close()
 		if sys.Sandbox, err = guardRuns(cfg, ws.Runs, ls.Ports()); err != nil {
 			return err
 		}
@@ -92,35 +97,31 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 				slog.String("fix", "drop managed_execution from the image spec's sandbox block unless agents must change the system under the observer"))
 		}
 	}
-	// Domains and plugins register here, explicitly.
-	if err := daemon.RegisterSystemWith(router, sys, ws); err != nil {
+	// Domains and plugins register here, explicitly: the core's actions first, then the enabled
+	// plugins open in load order (refusing what collides with the core's or each other's) and
+	// register theirs; they are closed in reverse order when the daemon stops.
+	if err := daemon.RegisterSystemWith(router, sys, ws, plugin.Describe(known)); err != nil {
 		return err
 	}
 	if ws != nil {
-		var hook daemon.RunHook
-		if cfg.Observer {
-			if hook, err = openObserver(cfg, ws, router); err != nil {
-				return fmt.Errorf("--observer: %w", err)
-			}
-			if c, ok := hook.(interface{ Close() }); ok {
-				defer c.Close() // its standby observer
-			}
-		}
-		if err := daemon.RegisterWorkspace(router, ws, hook); err != nil {
+		if err := daemon.RegisterWorkspace(router, ws, plugins); err != nil {
 			return err
 		}
 		router.SetAudit(ws.Audit)
-		tr, err := openTracker(cfg, ws)
-		if err != nil {
+		if err := registerTracker(cfg, router, ws); err != nil {
 			return err
 		}
-		if tr != nil {
-			defer tr.Close()
-			err = daemon.RegisterTracker(router, ws, tr)
-		} else {
-			err = daemon.RegisterTrackerDisabled(router)
+		deps := plugin.Deps{Workspace: ws, State: cfg.State, Log: log, Actions: router.Actions(),
+			Env: coreRunEnv, Mounts: coreMounts(cfg), StartParams: daemon.StartParamNames()}
+		if err := plugins.Open(ctx, deps); err != nil {
+			return err
 		}
-		if err != nil {
+		defer func() {
+			if cerr := plugins.Close(); cerr != nil {
+				err = errors.Join(err, cerr)
+			}
+		}()
+		if err := daemon.RegisterPlugins(router, plugins); err != nil {
 			return err
 		}
 	}
@@ -227,33 +228,25 @@ func quarantined(st *store.Store) func() []system.Quarantined {
 	}
 }
 
-// errObserverNotInstalled refuses --observer in a daemon built without the system-effects plugin.
-var errObserverNotInstalled = errors.New(`the system-effects observer is not installed in this image: ` +
-	`add plugins = ["system-effects"] to the daemon's service block in the image spec`)
+// coreRunEnv are the variables the core sets in every run, which no plugin may contribute.
+var coreRunEnv = []string{"HOME", "PATH", "TMPDIR", "ALLOX_AGENT_WORKSPACE", "ALLOX_AGENT_SHARED"}
 
-// errProviderNotInstalled refuses --process-tree-provider=ebpf in a daemon built without the plugin.
-var errProviderNotInstalled = errors.New(`the eBPF process-tree provider is not installed in this image: ` +
-	`add plugins = ["process-tree"] to the daemon's service block in the image spec`)
+// coreMounts are the places of a run's sandbox that are the core's: no plugin mount may be one of
+// them or nest with one.
+func coreMounts(cfg daemon.Config) []string {
+	return []string{"/proc", "/dev", "/tmp", "/usr", "/bin", "/sbin", "/lib", "/lib64", "/etc", cfg.Root, cfg.State,
+		"/run/allox/session.sock", "/run/allox/bin", "/run/allox/share.py", "/run/allox/network.py"}
+}
 
-// openTracker returns the process tracker asked for by --process-tracker (nil without it). With
-// --process-tree-provider=ebpf it loads the eBPF collector and refuses to go on if that fails: the
-// provider was asked for, so the daemon must not run without it. The observer and the eBPF provider
-// are never loaded together (daemon.Config.Validate refuses both).
-func openTracker(cfg daemon.Config, ws *workspace.Service) (*tracker.Tracker, error) {
-	if !cfg.ProcessTracker {
-		return nil, nil
+// registerTracker registers process.tree and process.events in the core unless the eBPF
+// process-tree plugin serves them: from the session's cgroup (live processes only) with
+// --process-tracker, else answering which flag enables them.
+func registerTracker(cfg daemon.Config, router *daemon.Router, ws *workspace.Service) error {
+	switch {
+	case cfg.ProcessTreeProvider == daemon.ProviderEBPF:
+		return nil
+	case cfg.ProcessTracker:
+		return daemon.RegisterTracker(router, ws, tracker.New(ws.Runs))
 	}
-	if cfg.ProcessTreeProvider != daemon.ProviderEBPF {
-		return tracker.New(ws.Runs), nil
-	}
-	col, err := openProcessTree()
-	if err != nil {
-		return nil, fmt.Errorf("--process-tree-provider=ebpf: load the eBPF process-tree provider (needs root and kernel BTF): %w", err)
-	}
-	tr, err := tracker.NewEBPF(ws.Runs, col, filepath.Join(cfg.State, "proctree"))
-	if err != nil {
-		col.Close()
-		return nil, fmt.Errorf("--process-tree-provider=ebpf: %w", err)
-	}
-	return tr, nil
+	return daemon.RegisterTrackerDisabled(router)
 }

@@ -203,7 +203,7 @@ func TestProcessTreeNotInstalled(t *testing.T) {
 	if !errors.As(err, &exit) || exit.ExitCode() == 0 {
 		t.Fatalf("daemon without the plugin: %v, want a non-zero exit\n%s", err, stderr.String())
 	}
-	for _, want := range []string{"--process-tree-provider=ebpf", "the eBPF process-tree provider is not installed in this image",
+	for _, want := range []string{"--process-tree-provider=ebpf", "the process-tree plugin is not installed in this image",
 		`add plugins = ["process-tree"] to the daemon's service block in the image spec`} {
 		if !strings.Contains(stderr.String(), want) {
 			t.Errorf("stderr does not say %q:\n%s", want, stderr.String())

@@ -183,6 +183,7 @@ func TestSystemInfo(t *testing.T) {
 			Sandbox: rpc.SandboxInfo{RunUID: 2000, RunGID: 2001, GuardedPorts: []uint16{8092, 8093}, ManagedExecution: true,
 				Seccomp: []rpc.SeccompRule{{Syscall: "bpf", Number: 321, When: "always", Args: []rpc.SeccompArg{}, Errno: "EPERM"}}},
 			Quarantined: []rpc.QuarantinedSession{}, // an empty list on the wire when none is
+			Plugins:     []rpc.PluginInfo{},
 		}
 		if diff := cmp.Diff(want, got); diff != "" {
 			t.Errorf("system.info mismatch (-want +got):\n%s", diff)

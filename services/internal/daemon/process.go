@@ -1,13 +1,12 @@
 package daemon
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
-	"errors"
 	"time"
 
 	"github.com/allox-os/allox/internal/rpc"
+	"github.com/allox-os/allox/services/internal/plugin"
 	"github.com/allox-os/allox/services/internal/tracked"
 )
 
@@ -15,51 +14,62 @@ type runParams struct {
 	RunID string `json:"run_id"`
 }
 
+// startParams are process.start's own params (the plugins' are taken out first).
+type startParams struct {
+	AgentID   string            `json:"agent_id"`
+	SessionID string            `json:"session_id"`
+	Argv      []string          `json:"argv"`
+	Env       map[string]string `json:"env"`
+	Cwd       string            `json:"cwd"`
+	Stdin     string            `json:"stdin"`
+	Timeout   float64           `json:"timeout"` // seconds; 0 = none
+	// Managed runs without bubblewrap (the seed's managed path); needs --managed-execution.
+	Managed bool `json:"managed"`
+}
+
+// StartParamNames are process.start's own params, which no plugin may own.
+func StartParamNames() []string { names, _ := rpc.ParamNames(&startParams{}); return names }
+
 func (h workspaceHandlers) processStart(ctx context.Context, c *Call) (any, error) {
-	var p struct {
-		AgentID   string            `json:"agent_id"`
-		SessionID string            `json:"session_id"`
-		Argv      []string          `json:"argv"`
-		Env       map[string]string `json:"env"`
-		Cwd       string            `json:"cwd"`
-		Stdin     string            `json:"stdin"`
-		Timeout   float64           `json:"timeout"` // seconds; 0 = none
-		// Managed runs without bubblewrap (the seed's managed path); needs --managed-execution.
-		Managed bool `json:"managed"`
-		// Owned by the system-effects observer (RunHook); refused when it is not enabled.
-		Recovery     json.RawMessage `json:"recovery"`
-		CheckpointID *string         `json:"checkpoint_id"`
+	var all map[string]json.RawMessage
+	if err := rpc.DecodeParams(c.Params, &all); err != nil { // a JSON object, each key once
+		return nil, err
 	}
-	if err := rpc.DecodeParams(c.Params, &p); err != nil {
+	var owned map[string]map[string]json.RawMessage
+	raw := c.Params
+	if h.plugins != nil {
+		var err error
+		if owned, err = h.plugins.TakeStartParams(all); err != nil {
+			return nil, err
+		}
+		if owned != nil {
+			if raw, err = json.Marshal(all); err != nil {
+				return nil, err
+			}
+		}
+	}
+	var p startParams
+	if err := rpc.DecodeParams(raw, &p); err != nil {
 		return nil, err
 	}
 	timeout, err := timeoutParam(p.Timeout)
 	if err != nil {
 		return nil, err
 	}
-	rp, err := decodeRunParams(p.Recovery, p.CheckpointID)
-	if err != nil {
-		return nil, err
-	}
 	req := tracked.StartRequest{AgentID: p.AgentID, SessionID: p.SessionID, Argv: p.Argv,
 		Env: p.Env, Cwd: p.Cwd, Stdin: []byte(p.Stdin), Timeout: timeout,
 		Managed: p.Managed}
-	var undo func()
-	switch {
-	case h.hook != nil:
-		if undo, err = h.hook.Prepare(ctx, &req, rp); err != nil {
+	undo := func() {}
+	if h.plugins != nil {
+		req.Extra = h.plugins.Extra()
+		base := plugin.RunStart{AgentID: p.AgentID, SessionID: p.SessionID, Managed: p.Managed}
+		if req.Hooks, undo, err = h.plugins.StartRun(ctx, base, owned); err != nil {
 			return nil, err
 		}
-	case rp.Recovery != nil:
-		return nil, rpc.Errorf(rpc.CodeInvalidParams, "params.recovery", errNoObserver)
-	case rp.CheckpointID != "":
-		return nil, rpc.Errorf(rpc.CodeInvalidParams, "params.checkpoint_id", errNoObserver)
 	}
 	st, err := h.w.StartProcess(ctx, req)
 	if err != nil {
-		if undo != nil {
-			undo()
-		}
+		undo()
 		return nil, err
 	}
 	return run(st), nil
@@ -84,59 +94,6 @@ func timeoutParam(secs float64) (time.Duration, error) {
 		return 0, rpc.Errorf(rpc.CodeInvalidParams, field, "params.timeout %g s rounds to no timeout at all: use at least 1e-9 (one nanosecond), or 0 for none", secs)
 	}
 	return d, nil
-}
-
-const errNoObserver = "recovery and checkpoint_id belong to the system-effects observer, which this daemon does not run: " +
-	"start it with --observer (the image needs plugins = [\"system-effects\"] on the daemon) or leave them out"
-
-// RunHook is a plugin's part in process.start (Plugin API v1: run metadata). The system-effects
-// observer is one: it owns the recovery and checkpoint_id params, may refuse the request, and
-// attaches an observer to the run (req.Observer).
-type RunHook interface {
-	// Prepare is called before the run starts. undo, if not nil, is called when the start fails
-	// afterwards, so that a failed request leaves everything as it was.
-	Prepare(ctx context.Context, req *tracked.StartRequest, p RunParams) (undo func(), err error)
-}
-
-// RunParams are the process.start params a RunHook owns.
-type RunParams struct {
-	Recovery     *rpc.Recovery // nil: protocol v2
-	CheckpointID string        // "" when omitted
-}
-
-func decodeRunParams(recovery json.RawMessage, checkpoint *string) (RunParams, error) {
-	var rp RunParams
-	if checkpoint != nil {
-		if *checkpoint == "" {
-			return rp, rpc.Errorf(rpc.CodeInvalidParams, "params.checkpoint_id",
-				"params.checkpoint_id is empty: name a full, existing checkpoint id or leave it out for a fresh baseline")
-		}
-		rp.CheckpointID = *checkpoint
-	}
-	if len(bytes.TrimSpace(recovery)) == 0 || string(bytes.TrimSpace(recovery)) == "null" {
-		return rp, nil
-	}
-	var r rpc.Recovery
-	dec := json.NewDecoder(bytes.NewReader(recovery))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&r); err != nil {
-		var te *json.UnmarshalTypeError
-		if errors.As(err, &te) {
-			return rp, rpc.Errorf(rpc.CodeInvalidParams, "params.recovery."+te.Field,
-				"params.recovery.%s must be a JSON %s", te.Field, jsonKind(te.Type.Kind().String()))
-		}
-		return rp, rpc.Errorf(rpc.CodeInvalidParams, "params.recovery",
-			"params.recovery must be an object with scrub_runtime and require_consistent (booleans): %v", err)
-	}
-	rp.Recovery = &r
-	return rp, nil
-}
-
-func jsonKind(goKind string) string {
-	if goKind == "ptr" || goKind == "bool" {
-		return "boolean"
-	}
-	return goKind
 }
 
 func (h workspaceHandlers) processGet(_ context.Context, c *Call) (any, error) {
@@ -259,6 +216,10 @@ func (h workspaceHandlers) processOutput(_ context.Context, c *Call) (any, error
 	return out, nil
 }
 
+// effectsPlugin is the plugin whose run metadata keeps the place and shape it had before Plugin API
+// v1: process.get's "effects" (every other plugin's is under "plugins").
+const effectsPlugin = "system-effects"
+
 func run(st *tracked.Status) rpc.Run {
 	r := rpc.Run{RunID: st.RunID, AgentID: st.AgentID, SessionID: st.SessionID, Argv: st.Argv, State: st.State,
 		Signal: st.Signal, Reason: st.Reason, Pid: st.Pid, Cgroup: st.Cgroup, Started: st.Started, Managed: st.Managed,
@@ -271,9 +232,20 @@ func run(st *tracked.Status) rpc.Run {
 		ended := st.Ended
 		r.Ended = &ended
 	}
-	if len(st.Effects) > 0 {
+	effects := st.Effects // a record written before Plugin API v1
+	for name, meta := range st.Meta {
+		if name == effectsPlugin {
+			effects = meta
+			continue
+		}
+		if r.Plugins == nil {
+			r.Plugins = map[string]json.RawMessage{}
+		}
+		r.Plugins[name] = meta
+	}
+	if len(effects) > 0 {
 		var e rpc.Effects
-		if err := json.Unmarshal(st.Effects, &e); err != nil {
+		if err := json.Unmarshal(effects, &e); err != nil {
 			// Never report unreadable evidence as anything but inconclusive.
 			e = rpc.Effects{Verdict: rpc.VerdictInconclusive, Evidence: rpc.EvidenceIncomplete,
 				Reason: "the observer's report does not decode: " + err.Error()}

@@ -7,18 +7,19 @@ import (
 
 	"github.com/allox-os/allox/internal/limit"
 	"github.com/allox-os/allox/internal/rpc"
+	"github.com/allox-os/allox/services/internal/plugin"
 	"github.com/allox-os/allox/services/internal/system"
 	"github.com/allox-os/allox/services/internal/tracked"
 	"github.com/allox-os/allox/services/internal/workspace"
 )
 
 // RegisterSystem registers the system.* actions backed by s.
-func RegisterSystem(r *Router, s *system.System) error { return RegisterSystemWith(r, s, nil) }
+func RegisterSystem(r *Router, s *system.System) error { return RegisterSystemWith(r, s, nil, nil) }
 
 // RegisterSystemWith registers the system.* actions backed by s; system.info also reports the
-// limits in force in ws (nil with --system-only).
-func RegisterSystemWith(r *Router, s *system.System, ws *workspace.Service) error {
-	h := systemHandlers{s, ws}
+// limits in force in ws (nil with --system-only) and the daemon's plugins (plugin.Describe).
+func RegisterSystemWith(r *Router, s *system.System, ws *workspace.Service, plugins []plugin.Info) error {
+	h := systemHandlers{s, ws, plugins}
 	return errors.Join(
 		r.Register(rpc.ActionSystemInfo, Action{Handler: h.info, ReadOnly: true}),
 		r.Register(rpc.ActionSystemKernelConfig, Action{Handler: h.kernelConfig, ReadOnly: true}),
@@ -27,8 +28,9 @@ func RegisterSystemWith(r *Router, s *system.System, ws *workspace.Service) erro
 }
 
 type systemHandlers struct {
-	sys *system.System
-	ws  *workspace.Service
+	sys     *system.System
+	ws      *workspace.Service
+	plugins []plugin.Info
 }
 
 func (h systemHandlers) info(_ context.Context, c *Call) (any, error) {
@@ -52,6 +54,14 @@ func (h systemHandlers) info(_ context.Context, c *Call) (any, error) {
 		Tasks:       info.Tasks,
 		Limits:      limitsInfo(h.ws),
 		Quarantined: []rpc.QuarantinedSession{},
+		Plugins:     []rpc.PluginInfo{},
+	}
+	for _, p := range h.plugins {
+		pi := rpc.PluginInfo{Name: p.Name, Installed: p.Installed, Enabled: p.Enabled, Flag: p.Flag}
+		if p.Installed {
+			pi.APIVersion, pi.Version = p.API, p.Version
+		}
+		res.Plugins = append(res.Plugins, pi)
 	}
 	for _, q := range info.Quarantined {
 		res.Quarantined = append(res.Quarantined, rpc.QuarantinedSession{AgentID: q.AgentID, SessionID: q.SessionID, Reason: q.Reason, Since: q.Since})

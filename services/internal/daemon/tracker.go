@@ -12,11 +12,21 @@ import (
 // RegisterTracker registers process.tree and process.events backed by t; w checks that the
 // session exists.
 func RegisterTracker(r *Router, w *workspace.Service, t *tracker.Tracker) error {
+	var errs []error
+	for name, a := range TrackerActions(w, t) {
+		errs = append(errs, r.Register(name, a))
+	}
+	return errors.Join(errs...)
+}
+
+// TrackerActions are process.tree and process.events backed by t (the eBPF process-tree plugin
+// contributes them; the core registers them for the cgroup source).
+func TrackerActions(w *workspace.Service, t *tracker.Tracker) map[string]Action {
 	h := trackerHandlers{w: w, t: t}
-	return errors.Join(
-		r.Register(rpc.ActionProcessTree, Action{Handler: h.tree, ReadOnly: true}),
-		r.Register(rpc.ActionProcessEvents, Action{Handler: h.events, ReadOnly: true}),
-	)
+	return map[string]Action{
+		rpc.ActionProcessTree:   {Handler: h.tree, ReadOnly: true},
+		rpc.ActionProcessEvents: {Handler: h.events, ReadOnly: true},
+	}
 }
 
 // RegisterTrackerDisabled registers process.tree and process.events with a handler that says which

@@ -5,14 +5,15 @@ import (
 	"errors"
 
 	"github.com/allox-os/allox/internal/rpc"
+	"github.com/allox-os/allox/services/internal/plugin"
 	"github.com/allox-os/allox/services/internal/store"
 	"github.com/allox-os/allox/services/internal/workspace"
 )
 
 // RegisterWorkspace registers the agent, session, checkpoint, process and turn actions backed by w.
-// hook, if not nil, takes part in every process.start (the system-effects observer).
-func RegisterWorkspace(r *Router, w *workspace.Service, hook RunHook) error {
-	h := workspaceHandlers{w: w, hook: hook}
+// plugins, if not nil, are the open plugins: they take part in every process.start.
+func RegisterWorkspace(r *Router, w *workspace.Service, plugins *plugin.Loaded) error {
+	h := workspaceHandlers{w: w, plugins: plugins}
 	return errors.Join(
 		r.Register(rpc.ActionAgentCreate, Action{Handler: h.agentCreate}),
 		r.Register(rpc.ActionAgentGet, Action{Handler: h.agentGet, ReadOnly: true}),
@@ -41,8 +42,8 @@ func RegisterWorkspace(r *Router, w *workspace.Service, hook RunHook) error {
 }
 
 type workspaceHandlers struct {
-	w    *workspace.Service
-	hook RunHook
+	w       *workspace.Service
+	plugins *plugin.Loaded // nil: none
 }
 
 // Params shared by several actions.

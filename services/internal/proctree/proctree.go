@@ -11,21 +11,22 @@ package proctree
 import (
 	"errors"
 
-	"github.com/allox-os/allox/services/internal/proctree/event"
+	"github.com/allox-os/allox/services/internal/tracker"
 )
 
-// Kind is the kind of a process event; see [event.Kind].
-type Kind = event.Kind
+// Kind is the kind of a process event: the type belongs to the tracker that consumes the events
+// (see [tracker.EventKind]).
+type Kind = tracker.EventKind
 
 // Event kinds, equal to the values used by the BPF program.
 const (
-	Fork = event.Fork
-	Exec = event.Exec
-	Exit = event.Exit
+	Fork = tracker.Fork
+	Exec = tracker.Exec
+	Exit = tracker.Exit
 )
 
-// Event is one fork, exec or exit of an attributed process; see [event.Event].
-type Event = event.Event
+// Event is one fork, exec or exit of an attributed process; see [tracker.ProcessEvent].
+type Event = tracker.ProcessEvent
 
 // Sentinel errors.
 var (

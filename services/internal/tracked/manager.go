@@ -21,7 +21,6 @@ type Manager struct {
 
 	mu   sync.Mutex
 	runs map[string]*run
-	gate Gate
 
 	pruneMu sync.Mutex // one prune at a time
 
@@ -256,14 +255,6 @@ func (m *Manager) TmpDir(runID string) string {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	return r.st.Tmp
-}
-
-// SetGate installs the gate every later run passes before its command is
-// released (nil removes it). Call it before starting runs.
-func (m *Manager) SetGate(g Gate) {
-	m.mu.Lock()
-	m.gate = g
-	m.mu.Unlock()
 }
 
 // CgroupDir returns the absolute cgroup v2 directory of a session

@@ -34,14 +34,14 @@ func (o *testObserver) Residue(st *Status) error {
 	return nil
 }
 
-func (o *testObserver) Begin(st *Status) error {
+func (o *testObserver) Begin(st *Status) (json.RawMessage, error) {
 	o.begun++
 	if _, err := os.Stat(o.marker); !errors.Is(err, os.ErrNotExist) {
 		o.t.Errorf("the command ran before the observer's Begin: %v", err)
 	}
 	b, _ := os.ReadFile(filepath.Join(o.dir(st), "cgroup.events"))
 	o.beginEvents = string(b)
-	return o.beginErr
+	return nil, o.beginErr
 }
 
 func (o *testObserver) End(st *Status, quiesce error) (json.RawMessage, error) {
@@ -65,7 +65,7 @@ func TestObserverSeesFrozenBoundaries(t *testing.T) {
 	o := &testObserver{t: t, marker: filepath.Join(e.ws.Current, "ran"),
 		dir: func(st *Status) string { return e.m.CgroupDir("a", "s1", st.RunID) }}
 	req := e.req("s1", "/bin/sh", "-c", "touch ran; sleep 30 & exit 0")
-	req.Observer = o
+	req.Hooks = []Hook{{Name: "observer", Observer: o}}
 	st := e.run(t, req)
 	if o.begun != 1 || o.ended != 1 {
 		t.Fatalf("Begin called %d times, End %d times; want once each", o.begun, o.ended)
@@ -79,11 +79,11 @@ func TestObserverSeesFrozenBoundaries(t *testing.T) {
 	if o.quiesce != nil {
 		t.Errorf("End told of a quiesce failure: %v", o.quiesce)
 	}
-	if st.State != StateExited || string(st.Effects) != `{"verdict":"CONSISTENT"}` {
-		t.Errorf("status = %+v effects %s, want exited with the observer's report", st, st.Effects)
+	if st.State != StateExited || string(st.Meta["observer"]) != `{"verdict":"CONSISTENT"}` {
+		t.Errorf("status = %+v meta %s, want exited with the observer's report", st, st.Meta)
 	}
 	got, err := e.m.Get(st.RunID)
-	if err != nil || string(got.Effects) != `{"verdict":"CONSISTENT"}` {
+	if err != nil || string(got.Meta["observer"]) != `{"verdict":"CONSISTENT"}` {
 		t.Errorf("Get = %+v, %v; want the observer's report kept in the record", got, err)
 	}
 	if _, err := os.Stat(o.dir(st)); !errors.Is(err, os.ErrNotExist) {
@@ -99,7 +99,7 @@ func TestObserverBeginFailsClosed(t *testing.T) {
 	o := &testObserver{t: t, marker: filepath.Join(e.ws.Current, "ran"), beginErr: boom,
 		dir: func(st *Status) string { return e.m.CgroupDir("a", "s1", st.RunID) }}
 	req := e.req("s1", "/bin/sh", "-c", "touch ran")
-	req.Observer = o
+	req.Hooks = []Hook{{Name: "observer", Observer: o}}
 	_, err := e.m.Start(context.Background(), req)
 	if !errors.Is(err, ErrSandbox) || !errors.Is(err, boom) {
 		t.Fatalf("Start = %v, want ErrSandbox wrapping the observer's error", err)
@@ -128,7 +128,7 @@ func TestManagedRunResidue(t *testing.T) {
 	o := &testObserver{t: t, marker: filepath.Join(e.ws.Current, "ran"),
 		dir: func(st *Status) string { return e.m.CgroupDir("a", "s1", st.RunID) }}
 	req := e.req("s1", "/bin/sh", "-c", "touch ran; echo x > "+outside+"; echo $TMPDIR > tmpdir; setsid sleep 300 < /dev/null > /dev/null 2>&1 & exit 0")
-	req.Managed, req.Observer = true, o
+	req.Managed, req.Hooks = true, []Hook{{Name: "observer", Observer: o}}
 	st := e.run(t, req)
 	if st.State != StateExited || st.ExitCode != 0 {
 		t.Fatalf("status = %+v, want exited 0", st)

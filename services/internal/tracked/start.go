@@ -82,7 +82,7 @@ func (m *Manager) Start(ctx context.Context, req StartRequest) (*Status, error) 
 		return nil, fmt.Errorf("%w: %w", ErrSandbox, m.abandon(cmd, r.group, err))
 	}
 	r.out = [2]*boundedWriter{cmd.Stdout.(*boundedWriter), cmd.Stderr.(*boundedWriter)}
-	if err := m.admit(id, cmd, r, req.Observer); err != nil {
+	if err := m.admit(cmd, r, req.Hooks); err != nil {
 		release.Close()
 		_ = os.RemoveAll(r.st.Tmp)
 		_ = os.RemoveAll(dir)
@@ -100,34 +100,58 @@ func (m *Manager) Start(ctx context.Context, req StartRequest) (*Status, error) 
 	return st, nil
 }
 
-// admit runs, while bwrap waits on its block fd, the manager's gate (if any) and then the run's
-// observer's first look, with the group frozen. If either fails, the run's cgroup is killed, bwrap
-// reaped and the group removed before the error is returned: the command never ran.
-func (m *Manager) admit(id string, cmd *exec.Cmd, r *run, o Observer) error {
-	m.mu.Lock()
-	gate := m.gate
-	m.mu.Unlock()
-	if gate != nil {
-		if err := gate(id, cmd.Process.Pid); err != nil {
-			return m.abandon(cmd, r.group, fmt.Errorf("run gate: %w", err))
-		}
-	}
-	if o == nil {
+// admit lets every hook take its first look while bwrap waits on its block fd, with the group
+// frozen, in order. If one fails (or the group cannot be frozen or thawed), the run's cgroup is
+// killed, the hooks that had begun see End, bwrap is reaped and the group removed before the
+// error is returned: the command never ran.
+func (m *Manager) admit(cmd *exec.Cmd, r *run, hooks []Hook) error {
+	if len(hooks) == 0 {
 		return nil
 	}
 	err := m.freeze(r.group, true)
-	if err == nil {
-		if err = o.Begin(m.status(r)); err != nil {
-			err = fmt.Errorf("observer: %w", err)
+	begun := 0
+	for ; err == nil && begun < len(hooks); begun++ {
+		h := hooks[begun]
+		meta, herr := h.Observer.Begin(m.status(r))
+		if herr != nil {
+			err = fmt.Errorf("%s: %w", h.Name, herr)
+			break
 		}
+		m.setMeta(r, h.Name, meta)
 	}
 	if err == nil {
 		err = m.freeze(r.group, false)
 	}
-	if err != nil {
-		return m.abandon(cmd, r.group, err)
+	if err == nil {
+		return nil
 	}
-	return nil
+	ctx, cancel := context.WithTimeout(context.Background(), killGrace)
+	defer cancel()
+	killErr := m.cg.killWait(ctx, r.group)
+	st := m.status(r)
+	st.State, st.Reason, st.Ended = StateFailed, "the run's start was abandoned: "+err.Error(), time.Now().UTC()
+	for i := begun - 1; i >= 0; i-- {
+		_, _ = hooks[i].Observer.End(st.clone(), errors.Join(err, killErr))
+	}
+	_ = cmd.Wait()
+	closeOutput(cmd)
+	if killErr == nil {
+		killErr = m.cg.remove(r.group)
+	}
+	return errors.Join(err, killErr)
+}
+
+// setMeta records a hook's metadata in the run's live record (nil changes nothing).
+func (m *Manager) setMeta(r *run, name string, meta json.RawMessage) {
+	if meta == nil {
+		return
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if r.st.Meta == nil {
+		r.st.Meta = map[string]json.RawMessage{}
+	}
+	r.st.Meta[name] = meta
 }
 
 // abandon kills a run that was never released (cgroup.kill also ends frozen tasks), reaps bwrap
@@ -158,12 +182,17 @@ func (m *Manager) status(r *run) *Status {
 	return r.st.clone()
 }
 
-// residue lets the observer look at the processes a managed run left behind, with the group
+// residue lets the hooks look at the processes a managed run left behind, with the group
 // frozen, before supervise kills them.
-func (m *Manager) residue(o Observer, r *run) {
+func (m *Manager) residue(hooks []Hook, r *run) {
 	err := m.freeze(r.group, true)
-	if err == nil {
-		err = o.Residue(m.status(r))
+	for _, h := range hooks {
+		if err != nil {
+			break
+		}
+		if herr := h.Observer.Residue(m.status(r)); herr != nil {
+			err = fmt.Errorf("%s: %w", h.Name, herr)
+		}
 	}
 	if err != nil {
 		m.mu.Lock()
@@ -172,20 +201,28 @@ func (m *Manager) residue(o Observer, r *run) {
 	}
 }
 
-// endObserver freezes the empty group and lets the observer take its last look. killErr is the
-// failure to empty the group, if any; the observer is told either way.
-func (m *Manager) endObserver(o Observer, group string, st *Status, killErr error) {
-	if o == nil {
+// endHooks freezes the empty group and lets the hooks take their last look, in reverse order.
+// killErr is the failure to empty the group, if any; the hooks are told either way.
+func (m *Manager) endHooks(hooks []Hook, group string, st *Status, killErr error) {
+	if len(hooks) == 0 {
 		return
 	}
 	quiesce := killErr
 	if quiesce == nil {
 		quiesce = m.freeze(group, true)
 	}
-	effects, err := o.End(st.clone(), quiesce)
-	st.Effects = effects
-	if err != nil {
-		st.Reason = joinReason(st.Reason, "observer: "+err.Error())
+	for i := len(hooks) - 1; i >= 0; i-- {
+		h := hooks[i]
+		meta, err := h.Observer.End(st.clone(), quiesce)
+		if meta != nil {
+			if st.Meta == nil {
+				st.Meta = map[string]json.RawMessage{}
+			}
+			st.Meta[h.Name] = meta
+		}
+		if err != nil {
+			st.Reason = joinReason(st.Reason, h.Name+": "+err.Error())
+		}
 	}
 }
 
@@ -445,8 +482,8 @@ func (m *Manager) supervise(cmd *exec.Cmd, r *run, dir string, req StartRequest)
 	for _, w := range []any{cmd.Stdout, cmd.Stderr} {
 		w.(*boundedWriter).f.Close()
 	}
-	if req.Observer != nil && m.cg.populated(r.group) {
-		m.residue(req.Observer, r)
+	if len(req.Hooks) > 0 && m.cg.populated(r.group) {
+		m.residue(req.Hooks, r)
 	}
 	// The PID namespace dies with its init; kill anyway so nothing that
 	// escaped into the group survives, and wait until it is empty.
@@ -467,7 +504,7 @@ func (m *Manager) supervise(cmd *exec.Cmd, r *run, dir string, req StartRequest)
 		st.Reason = joinReason(st.Reason, "limit events: "+evErr.Error())
 	}
 	if residueErr != nil {
-		st.Reason = joinReason(st.Reason, "observer: "+residueErr.Error())
+		st.Reason = joinReason(st.Reason, residueErr.Error())
 	}
 	if st.State == StateExited && !req.Managed && st.Tmp != "" {
 		owner := [2]int{int(m.cfg.RunUID), int(m.cfg.RunGID)}
@@ -475,7 +512,7 @@ func (m *Manager) supervise(cmd *exec.Cmd, r *run, dir string, req StartRequest)
 			st.Reason = joinReason(st.Reason, "tmp sync: "+err.Error())
 		}
 	}
-	m.endObserver(req.Observer, r.group, st, killErr)
+	m.endHooks(req.Hooks, r.group, st, killErr)
 	if killErr == nil {
 		killErr = m.cg.remove(r.group)
 	}

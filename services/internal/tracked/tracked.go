@@ -12,9 +12,11 @@
 //   - Placement: bwrap is cloned straight into the run group with
 //     SysProcAttr.UseCgroupFD (clone3 CLONE_INTO_CGROUP); no re-exec helper,
 //     no window in which a process of the run lives outside its group.
-//   - Release: bwrap waits on --block-fd until the manager's gate (SetGate,
-//     e.g. the eBPF process tracker registering the run) has passed; a gate
-//     error kills the run's cgroup before the command ever runs.
+//   - Release: bwrap waits on --block-fd until every hook of the run
+//     (StartRequest.Hooks: the daemon's plugins, e.g. the eBPF process tracker
+//     registering the run) has taken its first look, with the run's cgroup
+//     frozen; a hook's error kills the run's cgroup before the command ever
+//     runs.
 //   - Lifetime: --die-with-parent plus Pdeathsig on bwrap, so runs die with
 //     the daemon. Background servers started by the agent end with their run
 //     anyway (the PID namespace dies with its init), so the pitfall of
@@ -128,9 +130,9 @@ type StartRequest struct {
 	// with Config.AllowManaged; it exists so that the system-effects observer can watch agents
 	// that really change the system.
 	Managed bool
-	// Observer, if set, watches this run from before its command starts until after its last
-	// process has exited (the system-effects observer).
-	Observer Observer
+	// Hooks watch this run from before its command starts until after its last process has
+	// exited (the daemon's plugins, e.g. the system-effects observer), in this order.
+	Hooks []Hook
 	// Extra is what the daemon's plugins (and its session socket) add to the run's sandbox.
 	Extra Extra
 }
@@ -158,30 +160,32 @@ type Mount struct {
 	ReadOnly       bool
 }
 
-// Observer watches one run. Both calls happen while the run's cgroup is frozen: Begin with bwrap
-// waiting on its block fd (after the gate), End once every process of the run has exited and the
-// group is empty but still in place.
+// Hook is one watcher of a run, by name (a daemon plugin's): what its Observer returns is the
+// run's metadata under that name (Status.Meta).
+type Hook struct {
+	Name     string
+	Observer Observer
+}
+
+// Observer watches one run. Begin and End happen while the run's cgroup is frozen: Begin with
+// bwrap waiting on its block fd, in the order of StartRequest.Hooks; End once every process of the
+// run has exited and the group is empty but still in place, in reverse order.
 type Observer interface {
-	// Begin is called before the command is released. An error fails the start closed, like a
-	// gate error: the run's cgroup is killed and Start returns ErrSandbox.
-	Begin(st *Status) error
+	// Begin is called before the command is released. An error fails the start closed: the run's
+	// cgroup is killed, the hooks that had begun see End (with that error as quiesce) and Start
+	// returns ErrSandbox. What it returns is the hook's metadata while the run lives.
+	Begin(st *Status) (json.RawMessage, error)
 	// End is called after the last process of the run has exited and its private /tmp has been
 	// synced into the workspace, before its cgroup is removed. quiesce is non-nil when the group
-	// could not be emptied or frozen: the observer must then treat the run as a fault. End
-	// returns what the run record carries as "effects"; an error is recorded in the run's reason
-	// (the observer itself is responsible for fencing).
+	// could not be emptied or frozen (or the start was abandoned): the observer must then treat
+	// the run as a fault. End returns the hook's final metadata (nil keeps Begin's); an error is
+	// recorded in the run's reason (the observer itself is responsible for fencing).
 	End(st *Status, quiesce error) (json.RawMessage, error)
 	// Residue is called when a managed run's main process has exited but other processes remain
 	// in its group, with the group frozen, before they are killed. An error is recorded in the
 	// run's reason.
 	Residue(st *Status) error
 }
-
-// Gate is called once per run after bwrap has started (pid is bwrap's pid in
-// the daemon's pid namespace) and before the run's command is released
-// (bwrap --block-fd). An error fails the start closed: the run's cgroup is
-// killed and Start returns ErrSandbox. See Manager.SetGate.
-type Gate func(runID string, pid int) error
 
 // Status is a run record. It is persisted as JSON in Config.RecordsDir.
 type Status struct {
@@ -203,7 +207,10 @@ type Status struct {
 	// dropped (set once the run has ended; see Manager.Dropped for a live run).
 	StdoutDropped int64 `json:"stdout_dropped,omitempty"`
 	StderrDropped int64 `json:"stderr_dropped,omitempty"`
-	// Effects is the observer's report on the run (verdict, evidence path), when one watched it.
+	// Meta is each hook's metadata on the run, by hook name (Hook.Name).
+	Meta map[string]json.RawMessage `json:"meta,omitempty"`
+	// Effects is the system-effects observer's report in records written before hooks had
+	// names; it is only read (the daemon reports it as that plugin's metadata).
 	Effects json.RawMessage `json:"effects,omitempty"`
 	// Tmp is the staging directory of the run's private /tmp (removed when the run ends).
 	Tmp string `json:"tmp,omitempty"`
@@ -213,6 +220,12 @@ func (s *Status) clone() *Status {
 	c := *s
 	c.Argv = append([]string(nil), s.Argv...)
 	c.Effects = append(json.RawMessage(nil), s.Effects...)
+	if s.Meta != nil {
+		c.Meta = make(map[string]json.RawMessage, len(s.Meta))
+		for k, v := range s.Meta {
+			c.Meta[k] = append(json.RawMessage(nil), v...)
+		}
+	}
 	return &c
 }
 

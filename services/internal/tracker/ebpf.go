@@ -11,7 +11,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/allox-os/allox/services/internal/proctree/event"
 	"github.com/allox-os/allox/services/internal/tracked"
 )
 
@@ -42,7 +41,7 @@ type Event struct {
 // and a daemon built without the provider, do not link the BPF loader.
 type Collector interface {
 	Register(runID uint64, pid int) error
-	Events() <-chan event.Event
+	Events() <-chan ProcessEvent
 	Drops() (uint64, error)
 	Close() error
 }
@@ -62,14 +61,11 @@ type ebpfSource struct {
 	writeErr  error
 }
 
-// NewEBPF returns a tracker with the ebpf source. It installs the gate that
-// registers every run with col before the run's command is released, and
-// starts recording col's events under dir (<dir>/<run_id>.jsonl), which
-// must be outside every workspace. The tracker owns col from now on: Close
-// closes it.
-//
-// The observer (a later plugin) and this provider are mutually exclusive;
-// nothing checks that yet, since the observer does not exist.
+// NewEBPF returns a tracker with the ebpf source. It starts recording col's
+// events under dir (<dir>/<run_id>.jsonl), which must be outside every
+// workspace; every run must be registered with col through the tracker's
+// RunHook before the run's command is released. The tracker owns col from
+// now on: Close closes it.
 func NewEBPF(runs *tracked.Manager, col Collector, dir string) (*Tracker, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("process records: %w", err)
@@ -77,7 +73,6 @@ func NewEBPF(runs *tracked.Manager, col Collector, dir string) (*Tracker, error)
 	s := &ebpfSource{col: col, dir: dir, proc: "/proc", done: make(chan struct{}),
 		ids: map[uint64]string{}, counts: map[string]int{}}
 	go s.record()
-	runs.SetGate(s.gate)
 	return &Tracker{runs: runs, proc: "/proc", ebpf: s}, nil
 }
 
@@ -87,14 +82,45 @@ func (t *Tracker) Close() error {
 	if t.ebpf == nil {
 		return nil
 	}
-	t.runs.SetGate(nil)
 	err := t.ebpf.col.Close()
 	<-t.ebpf.done
 	return err
 }
 
-// gate registers a run's first process with the collector; see tracked.Gate.
-func (s *ebpfSource) gate(runID string, pid int) error {
+// RunHook is the ebpf source's part in every run (a tracked.Observer): Begin registers the run's
+// first process (bwrap) with the collector before the run's command is released, so that every
+// descendant is attributed to the run in the kernel; End reports how many events the run's record
+// holds. It is nil for the cgroup source.
+func (t *Tracker) RunHook() *RunHook {
+	if t.ebpf == nil {
+		return nil
+	}
+	return &RunHook{s: t.ebpf}
+}
+
+// RunHook registers runs with the eBPF process-tree collector; see Tracker.RunHook.
+type RunHook struct{ s *ebpfSource }
+
+// Begin registers the run; an error fails its start closed.
+func (h *RunHook) Begin(st *tracked.Status) (json.RawMessage, error) {
+	return nil, h.s.register(st.RunID, st.Pid)
+}
+
+// End reports the run's recorded events: {"events": N}.
+func (h *RunHook) End(st *tracked.Status, _ error) (json.RawMessage, error) {
+	h.s.mu.Lock()
+	n := h.s.counts[st.RunID]
+	h.s.mu.Unlock()
+	return json.Marshal(struct {
+		Events int `json:"events"`
+	}{n})
+}
+
+// Residue has nothing to look at: the collector follows the leftovers until they are killed.
+func (h *RunHook) Residue(*tracked.Status) error { return nil }
+
+// register registers a run's first process with the collector.
+func (s *ebpfSource) register(runID string, pid int) error {
 	s.mu.Lock()
 	s.next++
 	id := s.next
@@ -114,7 +140,7 @@ func (s *ebpfSource) record() {
 	for ev := range s.col.Events() {
 		batch := map[string][]byte{}
 		var order []string
-		add := func(ev event.Event) {
+		add := func(ev ProcessEvent) {
 			rec, ok := s.convert(ev)
 			if !ok {
 				return
@@ -153,7 +179,7 @@ func (s *ebpfSource) record() {
 
 // convert turns a collector event into a record, counting it against its
 // run's bound. ok is false for events of unknown runs or full records.
-func (s *ebpfSource) convert(ev event.Event) (Event, bool) {
+func (s *ebpfSource) convert(ev ProcessEvent) (Event, bool) {
 	s.mu.Lock()
 	runID, ok := s.ids[ev.RunID]
 	if ok && s.counts[runID] >= maxRunEvents {
@@ -170,10 +196,10 @@ func (s *ebpfSource) convert(ev event.Event) (Event, bool) {
 	rec := Event{Kind: ev.Kind.String(), RunID: runID, Time: time.Now().UTC(), PID: ev.TGID, PPID: ev.PPID,
 		StartTime: ev.StartTime, ParentStartTime: ev.ParentStartTime, Comm: ev.Comm, Root: ev.Root}
 	switch ev.Kind {
-	case event.Exec:
+	case Exec:
 		rec.Filename = ev.Filename
 		rec.Argv, _ = argvOf(s.proc, ev.TGID)
-	case event.Exit:
+	case Exit:
 		code := ev.ExitCode()
 		rec.ExitCode = &code
 		if ev.Status.Signaled() {

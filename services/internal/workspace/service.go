@@ -66,6 +66,10 @@ func (s *Service) Record(e audit.Entry) {
 	_ = s.Audit.Append(e)
 }
 
+// Close releases the store (its lock on the state dir, its background reaper). Runs are not
+// touched: they die with the daemon.
+func (s *Service) Close() error { return s.Store.Close() }
+
 func (s *Service) lock(agent, session string) func() {
 	m, _ := s.locks.LoadOrStore(agent+"/"+session, &sync.Mutex{})
 	mu := m.(*sync.Mutex)

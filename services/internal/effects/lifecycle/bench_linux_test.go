@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/allox-os/allox/internal/rpc"
-	"github.com/allox-os/allox/services/internal/daemon"
 	"github.com/allox-os/allox/services/internal/store"
 	"github.com/allox-os/allox/services/internal/tracked"
 )
@@ -47,9 +46,9 @@ func BenchmarkObserverOverhead(b *testing.B) {
 			e.awaitCleaner(b)
 			recovery := timeRecoveries(b, e)
 			e.awaitCleaner(b)
-			v2 := timeRuns(b, e, &daemon.RunParams{})
+			v2 := timeRuns(b, e, &RunParams{})
 			e.awaitCleaner(b)
-			v3 := timeRuns(b, e, &daemon.RunParams{Recovery: &rpc.Recovery{}})
+			v3 := timeRuns(b, e, &RunParams{Recovery: &rpc.Recovery{}})
 			ms := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 			b.ReportMetric(ms(base), "unobserved-ms")
 			b.ReportMetric(ms(recovery), "unobserved-recovery-ms")
@@ -63,7 +62,7 @@ func BenchmarkObserverOverhead(b *testing.B) {
 
 // timeRuns returns the median time of b.N runs of /bin/true: without the observer (rp == nil) or
 // through the plugin with rp.
-func timeRuns(b *testing.B, e *env, rp *daemon.RunParams) time.Duration {
+func timeRuns(b *testing.B, e *env, rp *RunParams) time.Duration {
 	b.Helper()
 	var times []time.Duration
 	for range max(b.N, 5) {

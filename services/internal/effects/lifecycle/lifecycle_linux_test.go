@@ -16,7 +16,6 @@ import (
 
 	"github.com/allox-os/allox/internal/rpc"
 	"github.com/allox-os/allox/services/internal/btrfstest"
-	"github.com/allox-os/allox/services/internal/daemon"
 	"github.com/allox-os/allox/services/internal/fence"
 	"github.com/allox-os/allox/services/internal/store"
 	"github.com/allox-os/allox/services/internal/tracked"
@@ -141,7 +140,7 @@ func (e *env) session(id string) {
 }
 
 // start runs argv through the plugin as process.start does and returns the final run record.
-func (e *env) start(session string, rp daemon.RunParams, managed bool, argv ...string) (*tracked.Status, error) {
+func (e *env) start(session string, rp RunParams, managed bool, argv ...string) (*tracked.Status, error) {
 	req := tracked.StartRequest{AgentID: "a", SessionID: session, Argv: argv, Managed: managed}
 	undo, err := e.p.Prepare(context.Background(), &req, rp)
 	if err != nil {
@@ -160,8 +159,8 @@ func (e *env) start(session string, rp daemon.RunParams, managed bool, argv ...s
 func (e *env) effects(st *tracked.Status) rpc.Effects {
 	e.t.Helper()
 	var eff rpc.Effects
-	if err := json.Unmarshal(st.Effects, &eff); err != nil {
-		e.t.Fatalf("run %s effects %q: %v", st.RunID, st.Effects, err)
+	if err := json.Unmarshal(st.Meta[Name], &eff); err != nil {
+		e.t.Fatalf("run %s effects %q: %v", st.RunID, st.Meta[Name], err)
 	}
 	e.t.Logf("run %s: %+v", st.RunID, eff)
 	return eff
@@ -172,7 +171,7 @@ var seed = []string{"/bin/sh", "-c", "printf changed > effect.txt"}
 func TestProtocol3SeedExampleConsistent(t *testing.T) {
 	e := newEnv(t, "")
 	e.session("s1")
-	st, err := e.start("s1", daemon.RunParams{Recovery: &rpc.Recovery{ScrubRuntime: true}}, false, seed...)
+	st, err := e.start("s1", RunParams{Recovery: &rpc.Recovery{ScrubRuntime: true}}, false, seed...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -198,7 +197,7 @@ func TestProtocol3SeedExampleConsistent(t *testing.T) {
 func TestProtocol2SeedExample(t *testing.T) {
 	e := newEnv(t, "")
 	e.session("s1")
-	st, err := e.start("s1", daemon.RunParams{}, false, seed...)
+	st, err := e.start("s1", RunParams{}, false, seed...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -212,7 +211,7 @@ func TestProtocol2SeedExample(t *testing.T) {
 func TestSharedWriteInconsistent(t *testing.T) {
 	e := newEnv(t, "")
 	e.session("s1")
-	st, err := e.start("s1", daemon.RunParams{Recovery: &rpc.Recovery{}}, true, "/bin/sh", "-c", `echo x > "$ALLOX_AGENT_SHARED/note"`)
+	st, err := e.start("s1", RunParams{Recovery: &rpc.Recovery{}}, true, "/bin/sh", "-c", `echo x > "$ALLOX_AGENT_SHARED/note"`)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -220,7 +219,7 @@ func TestSharedWriteInconsistent(t *testing.T) {
 	if eff.Verdict != rpc.VerdictInconsistent || eff.Domains["shared"] != rpc.VerdictInconsistent || !eff.Fenced {
 		t.Fatalf("effects %+v, want INCONSISTENT naming shared, and the session fenced (require_consistent)", eff)
 	}
-	if _, err := e.start("s1", daemon.RunParams{}, false, "/bin/true"); err == nil || !strings.Contains(err.Error(), "require_consistent") {
+	if _, err := e.start("s1", RunParams{}, false, "/bin/true"); err == nil || !strings.Contains(err.Error(), "require_consistent") {
 		t.Errorf("next start = %v, want the fence's reason", err)
 	}
 }
@@ -235,7 +234,7 @@ func TestTamperedRecoverFences(t *testing.T) {
 	}
 	f.Write([]byte{0})
 	f.Close()
-	st, err := e.start("s1", daemon.RunParams{Recovery: &rpc.Recovery{}}, false, seed...)
+	st, err := e.start("s1", RunParams{Recovery: &rpc.Recovery{}}, false, seed...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -264,7 +263,7 @@ func TestObserverKilledFences(t *testing.T) {
 	if st.State != tracked.StateKilled || !eff.Fenced || eff.Verdict == rpc.VerdictConsistent {
 		t.Fatalf("run %+v effects %+v: want killed and fenced", st, eff)
 	}
-	if _, err := e.start("s1", daemon.RunParams{}, false, "/bin/true"); err == nil || !strings.Contains(err.Error(), "observer") {
+	if _, err := e.start("s1", RunParams{}, false, "/bin/true"); err == nil || !strings.Contains(err.Error(), "observer") {
 		t.Errorf("next start = %v, want the fence's reason", err)
 	}
 }
@@ -278,10 +277,10 @@ func TestBadRecoveryParamsLoseNothing(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := e.start("s1", daemon.RunParams{Recovery: &rpc.Recovery{}, CheckpointID: "nope"}, false, seed...); err == nil {
+	if _, err := e.start("s1", RunParams{Recovery: &rpc.Recovery{}, CheckpointID: "nope"}, false, seed...); err == nil {
 		t.Fatal("a missing checkpoint_id was accepted")
 	}
-	if _, err := e.start("s1", daemon.RunParams{CheckpointID: "nope"}, false, seed...); err == nil {
+	if _, err := e.start("s1", RunParams{CheckpointID: "nope"}, false, seed...); err == nil {
 		t.Fatal("checkpoint_id without recovery was accepted")
 	}
 	after, err := e.ws.Store.ListCheckpoints("a", "s1")
@@ -309,7 +308,7 @@ func TestSystemDomainsInconsistent(t *testing.T) {
 		t.Run(c.domain, func(t *testing.T) {
 			e.t = t
 			e.session(c.domain)
-			st, err := e.start(c.domain, daemon.RunParams{}, true, "/bin/sh", "-c", c.script)
+			st, err := e.start(c.domain, RunParams{}, true, "/bin/sh", "-c", c.script)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -330,7 +329,7 @@ func TestSystemDomainsInconsistent(t *testing.T) {
 func (e *env) startSleep(session string) (*tracked.Status, *runObserver) {
 	e.t.Helper()
 	req := tracked.StartRequest{AgentID: "a", SessionID: session, Argv: []string{"/bin/sleep", "60"}}
-	if _, err := e.p.Prepare(context.Background(), &req, daemon.RunParams{}); err != nil {
+	if _, err := e.p.Prepare(context.Background(), &req, RunParams{}); err != nil {
 		e.t.Fatal(err)
 	}
 	st, err := e.ws.StartProcess(context.Background(), req)
@@ -393,7 +392,7 @@ func TestStandbyObserverRunsTheNextRun(t *testing.T) {
 	if err := syscall.Kill(next, syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
-	st, err = e.start("s1", daemon.RunParams{}, false, seed...)
+	st, err = e.start("s1", RunParams{}, false, seed...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -414,7 +413,7 @@ func TestChangedObserverRefusedWhileAStandbyWaits(t *testing.T) {
 	}
 	f.Write([]byte{0})
 	f.Close()
-	_, err = e.start("s1", daemon.RunParams{}, false, "/bin/true")
+	_, err = e.start("s1", RunParams{}, false, "/bin/true")
 	if err == nil || !strings.Contains(err.Error(), "pin") {
 		t.Fatalf("start with a changed observer = %v, want refused for its pin", err)
 	}

@@ -8,7 +8,6 @@ import (
 	"testing"
 
 	"github.com/allox-os/allox/internal/rpc"
-	"github.com/allox-os/allox/services/internal/daemon"
 	"github.com/allox-os/allox/services/internal/effects/evidence"
 	"github.com/allox-os/allox/services/internal/effects/history"
 	"github.com/allox-os/allox/services/internal/effects/verdict"
@@ -35,7 +34,7 @@ func TestRenameBetweenInvalidUTF8Names(t *testing.T) {
 			t.Fatal(err)
 		}
 		writeName(t, shared, nameFE)
-		st, err := e.start("s1", daemon.RunParams{Recovery: &rpc.Recovery{}}, true,
+		st, err := e.start("s1", RunParams{Recovery: &rpc.Recovery{}}, true,
 			"/bin/sh", "-c", renameFEtoFF, "sh", shared)
 		if err != nil {
 			t.Fatal(err)
@@ -50,7 +49,7 @@ func TestRenameBetweenInvalidUTF8Names(t *testing.T) {
 				t.Errorf("%s→%s shared changes %q, want the rename", tr.From, tr.To, got)
 			}
 		}
-		if _, err := e.start("s1", daemon.RunParams{}, false, "/bin/true"); err == nil || !strings.Contains(err.Error(), "require_consistent") {
+		if _, err := e.start("s1", RunParams{}, false, "/bin/true"); err == nil || !strings.Contains(err.Error(), "require_consistent") {
 			t.Errorf("next start = %v, want the fence's reason", err)
 		}
 		renamed(t, eff, nameFE, nameFF)
@@ -63,7 +62,7 @@ func TestRenameBetweenInvalidUTF8Names(t *testing.T) {
 			t.Fatal(err)
 		}
 		writeName(t, current, nameFE)
-		st, err := e.start("s2", daemon.RunParams{Recovery: &rpc.Recovery{}}, true,
+		st, err := e.start("s2", RunParams{Recovery: &rpc.Recovery{}}, true,
 			"/bin/sh", "-c", renameFEtoFF, "sh", ".")
 		if err != nil {
 			t.Fatal(err)

@@ -1,9 +1,12 @@
 package lifecycle
 
 import (
+	"bytes"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
+	"encoding/json"
+	"errors"
 	"fmt"
 	"path/filepath"
 	"strings"
@@ -13,7 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/allox-os/allox/internal/rpc"
-	"github.com/allox-os/allox/services/internal/daemon"
+	"github.com/allox-os/allox/services/internal/plugin"
 	"github.com/allox-os/allox/services/internal/store"
 	"github.com/allox-os/allox/services/internal/tracked"
 	"github.com/allox-os/allox/services/internal/workspace"
@@ -142,13 +145,27 @@ func (p *Plugin) takeObserver() (*observer, error) {
 	return p.startStandby(false)
 }
 
-// Register adds the host-only observer.abort action: the control plane ends a run's observation,
-// exactly as if the observer had crashed (the session is fenced and the run killed).
-func (p *Plugin) Register(r *daemon.Router) error {
-	return r.Register(rpc.ActionObserverAbort, daemon.Action{Handler: p.abort, Scope: daemon.ScopeHost})
+// Plugin API v1: the plugin's name, its own version and the process.start params it owns.
+const (
+	Name    = "system-effects"
+	Version = "1.0.0" // observer protocols v2 and v3
+)
+
+// StartParams are the process.start params the plugin owns.
+var StartParams = []string{"recovery", "checkpoint_id"}
+
+// Contribution is what the plugin adds to the daemon (Plugin API v1): the host-only observer.abort
+// action — the control plane ends a run's observation, exactly as if the observer had crashed (the
+// session is fenced and the run killed) —, its part in every process.start (Run) and its Close.
+func (p *Plugin) Contribution() *plugin.Contribution {
+	return &plugin.Contribution{
+		Actions: map[string]plugin.Action{rpc.ActionObserverAbort: {Handler: p.abort, Scope: plugin.ScopeHost}},
+		Run:     p.Run,
+		Close:   func() error { p.Close(); return nil },
+	}
 }
 
-func (p *Plugin) abort(_ context.Context, c *daemon.Call) (any, error) {
+func (p *Plugin) abort(_ context.Context, c *plugin.Call) (any, error) {
 	var params struct {
 		RunID string `json:"run_id"`
 	}
@@ -168,36 +185,61 @@ func (p *Plugin) abort(_ context.Context, c *daemon.Call) (any, error) {
 
 func sessionKey(agent, session string) string { return agent + "/" + session }
 
-// Prepare implements daemon.RunHook.
-func (p *Plugin) Prepare(ctx context.Context, req *tracked.StartRequest, rp daemon.RunParams) (func(), error) {
-	key := sessionKey(req.AgentID, req.SessionID)
+// Run is the plugin's part in a process.start (Plugin API v1): it decodes the params it owns and
+// prepares the run's observer (see Prepare).
+func (p *Plugin) Run(ctx context.Context, r *plugin.RunStart) (plugin.RunHook, error) {
+	rp, err := DecodeRunParams(r.Params)
+	if err != nil {
+		return nil, err
+	}
+	ro, undo, err := p.prepare(r.AgentID, r.SessionID, rp)
+	if err != nil {
+		return nil, err
+	}
+	r.OnFailure(undo)
+	return ro, nil
+}
+
+// Prepare adds the run's observer to req.Hooks, as Run does for the daemon. undo reverts what it
+// did if the start fails afterwards.
+func (p *Plugin) Prepare(_ context.Context, req *tracked.StartRequest, rp RunParams) (func(), error) {
+	ro, undo, err := p.prepare(req.AgentID, req.SessionID, rp)
+	if err != nil {
+		return nil, err
+	}
+	req.Hooks = append(req.Hooks, tracked.Hook{Name: Name, Observer: ro})
+	return undo, nil
+}
+
+func (p *Plugin) prepare(agent, session string, rp RunParams) (*runObserver, func(), error) {
+	key := sessionKey(agent, session)
 	p.mu.Lock()
 	holder := p.exclusive[key]
 	p.mu.Unlock()
 	if holder != "" {
-		return nil, fmt.Errorf("%w: run %s is being recovered under observer protocol 3 and holds session %s; wait for it (process.wait)",
+		return nil, nil, fmt.Errorf("%w: run %s is being recovered under observer protocol 3 and holds session %s; wait for it (process.wait)",
 			workspace.ErrBusy, holder, key)
 	}
-	ro := &runObserver{p: p, agent: req.AgentID, session: req.SessionID, protocol: 2}
+	ro := &runObserver{p: p, agent: agent, session: session, protocol: 2}
 	undo := func() {}
 	if rp.CheckpointID != "" && rp.Recovery == nil {
-		return nil, rpc.Errorf(rpc.CodeInvalidParams, "params.checkpoint_id",
+		return nil, nil, rpc.Errorf(rpc.CodeInvalidParams, "params.checkpoint_id",
 			"params.checkpoint_id names the baseline a recovery restores; add params.recovery (protocol 3) or leave it out")
 	}
 	if rp.Recovery != nil {
 		ro.protocol, ro.recovery = 3, *rp.Recovery
 		ro.requireConsistent = rp.Recovery.RequireConsistent == nil || *rp.Recovery.RequireConsistent
-		if n := p.ws.Runs.Active(req.AgentID, req.SessionID); n > 0 {
-			return nil, fmt.Errorf("%w: observer protocol 3 restores the whole Session Workspace, and %d run(s) are live in session %s; wait for them",
+		if n := p.ws.Runs.Active(agent, session); n > 0 {
+			return nil, nil, fmt.Errorf("%w: observer protocol 3 restores the whole Session Workspace, and %d run(s) are live in session %s; wait for them",
 				workspace.ErrBusy, n, key)
 		}
 		err := ro.step("baseline", func() error {
 			var err error
-			ro.baseline, undo, err = p.baseline(req.AgentID, req.SessionID, rp.CheckpointID)
+			ro.baseline, undo, err = p.baseline(agent, session, rp.CheckpointID)
 			return err
 		})
 		if err != nil {
-			return nil, err
+			return nil, nil, err
 		}
 		p.mu.Lock()
 		p.exclusive[key] = "(starting)"
@@ -205,8 +247,7 @@ func (p *Plugin) Prepare(ctx context.Context, req *tracked.StartRequest, rp daem
 		prevUndo := undo
 		undo = func() { p.release(key); prevUndo() }
 	}
-	req.Observer = ro
-	return undo, nil
+	return ro, undo, nil
 }
 
 // baseline returns the checkpoint a protocol 3 recovery restores: a fresh one, created and pinned
@@ -242,4 +283,54 @@ func (p *Plugin) release(key string) {
 	p.mu.Lock()
 	delete(p.exclusive, key)
 	p.mu.Unlock()
+}
+
+// RunParams are the process.start params the plugin owns.
+type RunParams struct {
+	Recovery     *rpc.Recovery // nil: protocol v2
+	CheckpointID string        // "" when omitted
+}
+
+// DecodeRunParams decodes the plugin's process.start params (recovery, checkpoint_id), naming the
+// field at fault.
+func DecodeRunParams(params map[string]json.RawMessage) (RunParams, error) {
+	var rp RunParams
+	if raw, ok := params["checkpoint_id"]; ok {
+		var id *string
+		if err := json.Unmarshal(raw, &id); err != nil {
+			return rp, rpc.Errorf(rpc.CodeInvalidParams, "params.checkpoint_id", "params.checkpoint_id must be a string: a full, existing checkpoint id")
+		}
+		if id != nil && *id == "" {
+			return rp, rpc.Errorf(rpc.CodeInvalidParams, "params.checkpoint_id",
+				"params.checkpoint_id is empty: name a full, existing checkpoint id or leave it out for a fresh baseline")
+		}
+		if id != nil {
+			rp.CheckpointID = *id
+		}
+	}
+	recovery := bytes.TrimSpace(params["recovery"])
+	if len(recovery) == 0 || string(recovery) == "null" {
+		return rp, nil
+	}
+	var r rpc.Recovery
+	dec := json.NewDecoder(bytes.NewReader(recovery))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&r); err != nil {
+		var te *json.UnmarshalTypeError
+		if errors.As(err, &te) {
+			return rp, rpc.Errorf(rpc.CodeInvalidParams, "params.recovery."+te.Field,
+				"params.recovery.%s must be a JSON %s", te.Field, jsonKind(te.Type.Kind().String()))
+		}
+		return rp, rpc.Errorf(rpc.CodeInvalidParams, "params.recovery",
+			"params.recovery must be an object with scrub_runtime and require_consistent (booleans): %v", err)
+	}
+	rp.Recovery = &r
+	return rp, nil
+}
+
+func jsonKind(goKind string) string {
+	if goKind == "ptr" || goKind == "bool" {
+		return "boolean"
+	}
+	return goKind
 }

@@ -39,7 +39,7 @@ type runObserver struct {
 }
 
 // Begin starts the observer and captures A while the run's cgroup is frozen and bwrap waits.
-func (ro *runObserver) Begin(st *tracked.Status) error {
+func (ro *runObserver) Begin(st *tracked.Status) (json.RawMessage, error) {
 	p := ro.p
 	ro.runID, ro.dir, ro.cgroup = st.RunID, filepath.Join(p.cfg.Evidence, st.RunID), st.Cgroup
 	if ro.protocol == 3 {
@@ -56,7 +56,7 @@ func (ro *runObserver) Begin(st *tracked.Status) error {
 		}
 		ro.done()
 	}
-	return err
+	return nil, err
 }
 
 func (ro *runObserver) begin(st *tracked.Status) error {

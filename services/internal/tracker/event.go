@@ -1,21 +1,18 @@
-// Package event holds the process events of the eBPF process-tree provider: plain data with no
-// dependency on the BPF loader, so a consumer (the daemon's process tracker) can be written and
-// built without linking cilium/ebpf.
-package event
+package tracker
 
 import "syscall"
 
-// Kind is the kind of a process event.
-type Kind uint32
+// EventKind is the kind of a process event.
+type EventKind uint32
 
 // Event kinds, equal to the values used by the BPF program.
 const (
-	Fork Kind = 1
-	Exec Kind = 2
-	Exit Kind = 3
+	Fork EventKind = 1
+	Exec EventKind = 2
+	Exit EventKind = 3
 )
 
-func (k Kind) String() string {
+func (k EventKind) String() string {
 	switch k {
 	case Fork:
 		return "fork"
@@ -27,13 +24,14 @@ func (k Kind) String() string {
 	return "unknown"
 }
 
-// Event is one fork, exec or exit of an attributed process.
+// ProcessEvent is one fork, exec or exit of a process attributed to a run, as a provider (the
+// eBPF process-tree collector) reports it to the tracker; Event is what the tracker records of it.
 //
 // A process is identified by TGID and StartTime: pids are reused, the pair
 // is not. StartTime is the kernel's task start_time (CLOCK_MONOTONIC
 // nanoseconds), exactly as the collector's Register and the BPF side use it.
-type Event struct {
-	Kind            Kind
+type ProcessEvent struct {
+	Kind            EventKind
 	RunID           uint64
 	PID             int    // thread id of the task that triggered the event
 	TGID            int    // process id
@@ -49,6 +47,6 @@ type Event struct {
 
 // ExitCode returns the exit code of an Exit event, or -1 if the process was
 // killed by a signal.
-func (e Event) ExitCode() int {
+func (e ProcessEvent) ExitCode() int {
 	return e.Status.ExitStatus()
 }

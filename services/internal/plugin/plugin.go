@@ -1,0 +1,121 @@
+// Package plugin is Plugin API version 1: the contract between the workspace daemon's core and
+// its optional features (the seed's process-tree provider, session share, session network, the
+// system-effects observer and the monitor).
+//
+// A plugin is installed when it is linked into the daemon (the image spec's plugins = [...]) and
+// enabled when the daemon's command line turns it on (its Flag); the two are independent, and an
+// installed plugin that is not enabled is never opened and changes nothing in the execution path.
+// The core opens the enabled plugins in a fixed order (the order of the list main hands to Open),
+// with the core services they may use (Core), checks each one's API version first, and merges what
+// each contributes (Contribution): a command prefix wrapped around every sandboxed run's launch
+// (in load order, outermost first), environment variables and bubblewrap mounts for runs, RPC
+// actions with the listeners they are served on, process.start params, run hooks and run metadata.
+// Two plugins (or a plugin and the core) that contribute the same action, environment variable,
+// mount target or process.start param are refused at start, naming both. Plugins are closed in
+// reverse load order at shutdown, and when one fails to open, the ones already open are closed in
+// reverse order before the error is returned.
+//
+// The package is the contract only: it does not log and knows nothing of HTTP.
+package plugin
+
+import (
+	"context"
+	"encoding/json"
+	"log/slog"
+
+	"github.com/allox-os/allox/services/internal/tracked"
+	"github.com/allox-os/allox/services/internal/workspace"
+)
+
+// APIVersion is the Plugin API version this daemon speaks.
+const APIVersion = 1
+
+// Manifest names a plugin.
+type Manifest struct {
+	// Name is the plugin's name, as the image spec's plugins attribute spells it ("process-tree").
+	Name string `json:"name"`
+	// API is the Plugin API version the plugin was built for; the core refuses any other.
+	API int `json:"api_version"`
+	// Version is the plugin's own version.
+	Version string `json:"version"`
+}
+
+// Plugin is an installed plugin, as main hands it to Open.
+type Plugin struct {
+	Manifest
+	// Flag is the daemon flag that enables it, as a user writes it ("--observer").
+	Flag string
+	// Enabled reports whether the daemon's command line enables it.
+	Enabled bool
+	// StartParams are the process.start params the plugin owns (system-effects: "recovery",
+	// "checkpoint_id"). While the plugin is enabled they reach it in RunStart.Params; while it is
+	// installed but not enabled, a request that sets one is refused naming Flag.
+	StartParams []string
+	// Open opens the plugin with the core services it may use and returns what it contributes.
+	// An error stops the daemon (the plugin was asked for).
+	Open func(ctx context.Context, core Core) (*Contribution, error)
+}
+
+// Core is what the core lends a plugin when it opens.
+type Core struct {
+	// Workspace is the workspace runtime: the only way to the store, runs, fences and policy.
+	Workspace *workspace.Service
+	// State is the plugin's own state directory, outside every workspace (created 0700):
+	// <daemon state>/plugins/<name>.
+	State string
+	// Log is the daemon's logger, with the plugin's name attached.
+	Log *slog.Logger
+}
+
+// Contribution is what an open plugin adds to the daemon. Every field may be left empty.
+type Contribution struct {
+	// Prefix is wrapped around every sandboxed run's launch; see tracked.Extra.Prefix (it must
+	// exec the rest of its arguments, keeping its pid and descriptors).
+	Prefix []string
+	// Env is set in every run's environment; a request may not override it.
+	Env map[string]string
+	// Mounts are bound into every sandboxed run.
+	Mounts []tracked.Mount
+	// Actions are the RPC actions the plugin serves, by name, each with the listeners it is served
+	// on (Scope) — the guest's control listeners, the host listener only, or the session socket.
+	Actions map[string]Action
+	// Run, if set, takes part in every process.start, in load order, before the run starts. It
+	// may refuse the request (the start then fails and nothing runs) and returns the run's hooks
+	// (nil: it does not watch this run).
+	Run func(ctx context.Context, r *RunStart) (RunHook, error)
+	// Close releases what the plugin holds; it is called once, in reverse load order.
+	Close func() error
+}
+
+// RunStart is one process.start as a plugin's Run sees it.
+type RunStart struct {
+	AgentID, SessionID string
+	// Managed says the run goes the managed (unsandboxed) path.
+	Managed bool
+	// Params are the process.start params the plugin owns (Plugin.StartParams) that the request
+	// set, undecoded.
+	Params map[string]json.RawMessage
+
+	undo []func()
+}
+
+// OnFailure registers f to be called if the run does not start after all (a later plugin refuses
+// it, or its sandbox cannot be set up): a failed request leaves everything as it was.
+func (r *RunStart) OnFailure(f func()) { r.undo = append(r.undo, f) }
+
+// RunHook is a plugin's part in one run. Both calls happen with the run's cgroup frozen: Begin
+// after bwrap has started and before the run's command is released, End after the run's last
+// process has exited (the group is empty but in place). What either returns is the plugin's run
+// metadata, shown in process.get and process.wait under the plugin's name (nil from End keeps
+// Begin's). An error from Begin fails the start closed (the run's cgroup is killed; the command
+// never ran); an error from End is recorded in the run's reason.
+type RunHook interface {
+	Begin(st *tracked.Status) (json.RawMessage, error)
+	End(st *tracked.Status, quiesce error) (json.RawMessage, error)
+}
+
+// ResidueHook is implemented by a RunHook that looks at the processes a managed run left behind
+// when its main process exited, with the group frozen, before they are killed.
+type ResidueHook interface {
+	Residue(st *tracked.Status) error
+}
