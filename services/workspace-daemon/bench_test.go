@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"os/exec"
 	"slices"
@@ -8,6 +9,8 @@ import (
 	"time"
 
 	"github.com/allox-os/allox/internal/rpc"
+	"github.com/allox-os/allox/services/internal/plugin"
+	"github.com/allox-os/allox/services/internal/tracked"
 )
 
 func p50(d []time.Duration) time.Duration {
@@ -62,4 +65,47 @@ func BenchmarkRollbackKill(b *testing.B) {
 	b.ReportMetric(ms(p50(kill)), "kill-p50-ms")
 	b.ReportMetric(ms(p50(quiet)), "quiet-p50-ms")
 	b.ReportMetric(float64(p50(kill))/float64(p50(quiet)), "ratio")
+}
+
+// noopPlugin is a plugin that takes part in every run and does nothing: its Run returns a hook
+// whose Begin and End return no metadata.
+func noopPlugin(name string) plugin.Plugin {
+	return plugin.Plugin{Manifest: plugin.Manifest{Name: name, API: plugin.APIVersion, Version: "0"}, Flag: "--" + name, Enabled: true,
+		Open: func(context.Context, plugin.Core) (*plugin.Contribution, error) {
+			return &plugin.Contribution{Run: func(context.Context, *plugin.RunStart) (plugin.RunHook, error) { return noopHook{}, nil }}, nil
+		}}
+}
+
+type noopHook struct{}
+
+func (noopHook) Begin(*tracked.Status) (json.RawMessage, error)      { return nil, nil }
+func (noopHook) End(*tracked.Status, error) (json.RawMessage, error) { return nil, nil }
+
+// BenchmarkPluginAPICost times process.start + process.wait of /bin/true on two daemons served in
+// this process, one with no plugin and one with three no-op plugins loaded (each with a run hook,
+// so the run's cgroup is frozen and thawed around their Begin and End), alternating between them
+// in the same run, each on its own real Btrfs store.
+func BenchmarkPluginAPICost(b *testing.B) {
+	zero, _, _, _ := inProcess(b, btrfsRoot(b), nil)
+	three, _, _, _ := inProcess(b, btrfsRoot(b), []plugin.Plugin{noopPlugin("noop-1"), noopPlugin("noop-2"), noopPlugin("noop-3")})
+	for _, url := range []string{zero, three} {
+		mustPost(b, url, `{"action":"agent.create","params":{"agent_id":"a"}}`)
+		mustPost(b, url, `{"action":"session.create","params":{"agent_id":"a","session_id":"s"}}`)
+	}
+	startWait := func(url string) time.Duration {
+		start := time.Now()
+		var r rpc.Run
+		must(b, json.Unmarshal(mustPost(b, url, `{"action":"process.start","params":{"agent_id":"a","session_id":"s","argv":["/bin/true"]}}`), &r))
+		mustPost(b, url, `{"action":"process.wait","params":{"run_id":"`+r.RunID+`"}}`)
+		return time.Since(start)
+	}
+	var without, with []time.Duration
+	for b.Loop() {
+		without = append(without, startWait(zero))
+		with = append(with, startWait(three))
+	}
+	b.ReportMetric(ms(p50(without)), "zero-plugins-p50-ms")
+	b.ReportMetric(ms(p50(with)), "three-noop-plugins-p50-ms")
+	b.ReportMetric(ms(p50(with)-p50(without)), "api-cost-p50-ms")
+	b.ReportMetric(float64(p50(with))/float64(p50(without)), "ratio")
 }

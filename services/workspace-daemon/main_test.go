@@ -3,12 +3,16 @@ package main
 import (
 	"bufio"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -70,11 +74,43 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
+// testCgroupParent is a cgroup parent of the test's own (the same across its daemon's restarts):
+// daemons of tests run at the same time (go test runs packages in parallel) must not share one,
+// since a daemon removes the groups of sessions its store does not have. It is removed when the
+// test ends.
+func testCgroupParent(t testing.TB, suffix ...string) string {
+	sum := sha256.Sum256([]byte(strings.Join(append([]string{t.Name()}, suffix...), "/")))
+	name := "allox-test-" + hex.EncodeToString(sum[:6])
+	t.Cleanup(func() { removeCgroupTree(t, name) })
+	return name
+}
+
+// removeCgroupTree removes an empty cgroup tree below the cgroup2 mount, deepest first.
+func removeCgroupTree(t testing.TB, name string) {
+	for _, mount := range []string{"/sys/fs/cgroup/unified", "/sys/fs/cgroup"} {
+		var dirs []string
+		_ = filepath.WalkDir(filepath.Join(mount, name), func(p string, d fs.DirEntry, err error) error {
+			if err == nil && d.IsDir() {
+				dirs = append(dirs, p)
+			}
+			return nil
+		})
+		for i := len(dirs) - 1; i >= 0; i-- {
+			if err := os.Remove(dirs[i]); err != nil && !errors.Is(err, os.ErrNotExist) {
+				t.Logf("cgroup %s left: %v", dirs[i], err)
+			}
+		}
+	}
+}
+
 var listening = regexp.MustCompile(`msg=listening .*listener=(\w+) addr=(\S+)`)
 
 // start runs the daemon and waits until it reports its listeners; stderr goes to t.Logf.
 func start(t testing.TB, bin string, want int, args ...string) (*exec.Cmd, func() error, map[string]string) {
 	t.Helper()
+	if !slices.Contains(args, "--cgroup-parent") {
+		args = append(args, "--cgroup-parent", testCgroupParent(t))
+	}
 	cmd := exec.Command(bin, args...)
 	stderr, err := cmd.StderrPipe()
 	if err != nil {

@@ -107,13 +107,13 @@ func (h probeHook) End(st *tracked.Status, quiesce error) (json.RawMessage, erro
 
 // inProcess serves the daemon in this process with the plugins given, on a real Btrfs store, with
 // a loopback and a host listener. stop cancels it and returns what serve returned.
-func inProcess(t *testing.T, root string, known []plugin.Plugin) (loop, host string, token string, stop func() error) {
+func inProcess(t testing.TB, root string, known []plugin.Plugin) (loop, host string, token string, stop func() error) {
 	t.Helper()
 	tokenFile := filepath.Join(t.TempDir(), "token")
 	token = "probe-token-0123456789"
 	must(t, os.WriteFile(tokenFile, []byte(token), 0o600))
 	cfg, err := daemon.ParseFlags([]string{"--root", root, "--listen", "127.0.0.1:0", "--listen-host", "127.0.0.1:0",
-		"--token-file", tokenFile, "--cgroup-parent", "allox-plugin-test"}, io.Discard)
+		"--token-file", tokenFile, "--cgroup-parent", testCgroupParent(t, root)}, io.Discard)
 	must(t, err)
 	pr, pw := io.Pipe()
 	addrs := make(chan [2]string, 2)
@@ -148,7 +148,7 @@ func inProcess(t *testing.T, root string, known []plugin.Plugin) (loop, host str
 }
 
 // call posts one action and returns the result or the wire error.
-func call(t *testing.T, url, token, action, params string) (json.RawMessage, *rpc.Error) {
+func call(t testing.TB, url, token, action, params string) (json.RawMessage, *rpc.Error) {
 	t.Helper()
 	req, err := http.NewRequest(http.MethodPost, url+rpc.Path, strings.NewReader(`{"action":"`+action+`","params":`+params+`}`))
 	must(t, err)

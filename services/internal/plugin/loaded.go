@@ -316,7 +316,7 @@ func (h *Loaded) StartRun(ctx context.Context, base RunStart, params map[string]
 			return nil, nil, err
 		}
 		if hook != nil {
-			hooks = append(hooks, tracked.Hook{Name: o.Name, Observer: observer{hook}})
+			hooks = append(hooks, tracked.Hook{Name: o.Name, Observer: observer{hook}, Frozen: o.c.Frozen})
 		}
 	}
 	return hooks, undoAll, nil

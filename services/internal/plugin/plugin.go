@@ -83,6 +83,10 @@ type Contribution struct {
 	// may refuse the request (the start then fails and nothing runs) and returns the run's hooks
 	// (nil: it does not watch this run).
 	Run func(ctx context.Context, r *RunStart) (RunHook, error)
+	// Frozen asks for every run's cgroup to be frozen around the plugin's hooks (see
+	// tracked.Hook.Frozen): for a plugin that must see the sandbox still, as the system-effects
+	// observer does. It costs each run's start the wait for bwrap's setup to freeze.
+	Frozen bool
 	// Close releases what the plugin holds; it is called once, in reverse load order.
 	Close func() error
 }
@@ -103,9 +107,10 @@ type RunStart struct {
 // it, or its sandbox cannot be set up): a failed request leaves everything as it was.
 func (r *RunStart) OnFailure(f func()) { r.undo = append(r.undo, f) }
 
-// RunHook is a plugin's part in one run. Both calls happen with the run's cgroup frozen: Begin
-// after bwrap has started and before the run's command is released, End after the run's last
-// process has exited (the group is empty but in place). What either returns is the plugin's run
+// RunHook is a plugin's part in one run: Begin after bwrap has started and before the run's
+// command is released (bwrap waits on its block fd), End after the run's last process has exited
+// (the group is empty but in place); both with the run's cgroup frozen when a plugin of the run
+// asks (Contribution.Frozen). What either returns is the plugin's run
 // metadata, shown in process.get and process.wait under the plugin's name (nil from End keeps
 // Begin's). An error from Begin fails the start closed (the run's cgroup is killed; the command
 // never ran); an error from End is recorded in the run's reason.

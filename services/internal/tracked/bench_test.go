@@ -1,6 +1,7 @@
 package tracked
 
 import (
+	"encoding/json"
 	"os"
 	"os/exec"
 	"sort"
@@ -76,4 +77,41 @@ func p50(d []time.Duration) time.Duration {
 	s := append([]time.Duration(nil), d...)
 	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
 	return s[len(s)/2]
+}
+
+type nopHook struct{}
+
+func (nopHook) Begin(*Status) (json.RawMessage, error)      { return nil, nil }
+func (nopHook) End(*Status, error) (json.RawMessage, error) { return nil, nil }
+func (nopHook) Residue(*Status) error                       { return nil }
+
+// BenchmarkHooks measures Start-to-exit of /bin/true with three no-op hooks, and with three no-op
+// hooks one of which asks for the group frozen (Hook.Frozen: frozen and thawed around Begin,
+// frozen again, empty, for End), beside the same run without hooks, interleaved in the same run.
+func BenchmarkHooks(b *testing.B) {
+	e := newEnv(b, nil)
+	hooks := []Hook{{Name: "a", Observer: nopHook{}}, {Name: "b", Observer: nopHook{}}, {Name: "c", Observer: nopHook{}}}
+	frozenHooks := append([]Hook{{Name: "f", Observer: nopHook{}, Frozen: true}}, hooks[1:]...)
+	var without, with, withFrozen []time.Duration
+	startTrue := func(h []Hook, into *[]time.Duration) {
+		req := e.req("s1", "/bin/true")
+		req.Hooks = h
+		t0 := time.Now()
+		st := e.run(b, req)
+		*into = append(*into, time.Since(t0))
+		if st.State != StateExited || st.ExitCode != 0 {
+			b.Fatalf("status %+v", st)
+		}
+	}
+	for b.Loop() {
+		startTrue(nil, &without)
+		startTrue(hooks, &with)
+		startTrue(frozenHooks, &withFrozen)
+	}
+	b.ReportMetric(float64(p50(without).Microseconds()), "no-hooks-p50-µs")
+	b.ReportMetric(float64(p50(with).Microseconds()), "three-hooks-p50-µs")
+	b.ReportMetric(float64(p50(withFrozen).Microseconds()), "three-hooks-frozen-p50-µs")
+	b.ReportMetric(float64((p50(with) - p50(without)).Microseconds()), "hooks-added-p50-µs")
+	b.ReportMetric(float64((p50(withFrozen) - p50(without)).Microseconds()), "frozen-hooks-added-p50-µs")
+	b.ReportMetric(float64(len(with)), "samples")
 }

@@ -19,10 +19,13 @@ type orderHook struct {
 	marker   string // must not exist at Begin
 	beginErr error
 	pid      int
+	frozen   bool // the group was frozen at Begin
 	t        *testing.T
 }
 
 func (h *orderHook) Begin(st *Status) (json.RawMessage, error) {
+	events, _ := os.ReadFile(filepath.Join(st.Cgroup, "cgroup.events"))
+	h.frozen = strings.Contains(string(events), "frozen 1")
 	*h.log = append(*h.log, "begin "+h.name)
 	h.pid = st.Pid
 	if _, err := os.Stat(h.marker); !errors.Is(err, os.ErrNotExist) {
@@ -65,6 +68,9 @@ func TestHooksInOrder(t *testing.T) {
 	if first.pid != st.Pid || second.pid != st.Pid {
 		t.Errorf("hooks saw pids %d and %d, want bwrap's %d", first.pid, second.pid, st.Pid)
 	}
+	if first.frozen || second.frozen {
+		t.Errorf("the group was frozen at Begin although no hook asked (first %v, second %v)", first.frozen, second.frozen)
+	}
 	if diff := cmp.Diff([]string{"begin first", "begin second", "end second", "end first"}, log); diff != "" {
 		t.Errorf("hook calls (-want +got):\n%s", diff)
 	}
@@ -75,6 +81,17 @@ func TestHooksInOrder(t *testing.T) {
 	}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("run metadata (-want +got):\n%s", diff)
+	}
+	// One hook that asks: both see the group frozen.
+	log = nil
+	if err := os.Remove(marker); err != nil {
+		t.Fatal(err)
+	}
+	req = e.req("s1", "/bin/true")
+	req.Hooks = []Hook{{Name: "first", Observer: first}, {Name: "second", Observer: second, Frozen: true}}
+	e.run(t, req)
+	if !first.frozen || !second.frozen {
+		t.Errorf("with one hook asking, the group was not frozen at Begin (first %v, second %v)", first.frozen, second.frozen)
 	}
 }
 

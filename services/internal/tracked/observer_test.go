@@ -65,7 +65,7 @@ func TestObserverSeesFrozenBoundaries(t *testing.T) {
 	o := &testObserver{t: t, marker: filepath.Join(e.ws.Current, "ran"),
 		dir: func(st *Status) string { return e.m.CgroupDir("a", "s1", st.RunID) }}
 	req := e.req("s1", "/bin/sh", "-c", "touch ran; sleep 30 & exit 0")
-	req.Hooks = []Hook{{Name: "observer", Observer: o}}
+	req.Hooks = []Hook{{Name: "observer", Observer: o, Frozen: true}}
 	st := e.run(t, req)
 	if o.begun != 1 || o.ended != 1 {
 		t.Fatalf("Begin called %d times, End %d times; want once each", o.begun, o.ended)
@@ -99,7 +99,7 @@ func TestObserverBeginFailsClosed(t *testing.T) {
 	o := &testObserver{t: t, marker: filepath.Join(e.ws.Current, "ran"), beginErr: boom,
 		dir: func(st *Status) string { return e.m.CgroupDir("a", "s1", st.RunID) }}
 	req := e.req("s1", "/bin/sh", "-c", "touch ran")
-	req.Hooks = []Hook{{Name: "observer", Observer: o}}
+	req.Hooks = []Hook{{Name: "observer", Observer: o, Frozen: true}}
 	_, err := e.m.Start(context.Background(), req)
 	if !errors.Is(err, ErrSandbox) || !errors.Is(err, boom) {
 		t.Fatalf("Start = %v, want ErrSandbox wrapping the observer's error", err)
@@ -128,7 +128,7 @@ func TestManagedRunResidue(t *testing.T) {
 	o := &testObserver{t: t, marker: filepath.Join(e.ws.Current, "ran"),
 		dir: func(st *Status) string { return e.m.CgroupDir("a", "s1", st.RunID) }}
 	req := e.req("s1", "/bin/sh", "-c", "touch ran; echo x > "+outside+"; echo $TMPDIR > tmpdir; setsid sleep 300 < /dev/null > /dev/null 2>&1 & exit 0")
-	req.Managed, req.Hooks = true, []Hook{{Name: "observer", Observer: o}}
+	req.Managed, req.Hooks = true, []Hook{{Name: "observer", Observer: o, Frozen: true}}
 	st := e.run(t, req)
 	if st.State != StateExited || st.ExitCode != 0 {
 		t.Fatalf("status = %+v, want exited 0", st)

@@ -100,15 +100,19 @@ func (m *Manager) Start(ctx context.Context, req StartRequest) (*Status, error) 
 	return st, nil
 }
 
-// admit lets every hook take its first look while bwrap waits on its block fd, with the group
-// frozen, in order. If one fails (or the group cannot be frozen or thawed), the run's cgroup is
+// admit lets every hook take its first look while bwrap waits on its block fd, in order, with the
+// group frozen if a hook asks (frozen). If one fails (or the group cannot be frozen or thawed), the run's cgroup is
 // killed, the hooks that had begun see End, bwrap is reaped and the group removed before the
 // error is returned: the command never ran.
 func (m *Manager) admit(cmd *exec.Cmd, r *run, hooks []Hook) error {
 	if len(hooks) == 0 {
 		return nil
 	}
-	err := m.freeze(r.group, true)
+	var err error
+	freeze := frozen(hooks)
+	if freeze {
+		err = m.freeze(r.group, true)
+	}
 	begun := 0
 	for ; err == nil && begun < len(hooks); begun++ {
 		h := hooks[begun]
@@ -119,7 +123,7 @@ func (m *Manager) admit(cmd *exec.Cmd, r *run, hooks []Hook) error {
 		}
 		m.setMeta(r, h.Name, meta)
 	}
-	if err == nil {
+	if err == nil && freeze {
 		err = m.freeze(r.group, false)
 	}
 	if err == nil {
@@ -139,6 +143,16 @@ func (m *Manager) admit(cmd *exec.Cmd, r *run, hooks []Hook) error {
 		killErr = m.cg.remove(r.group)
 	}
 	return errors.Join(err, killErr)
+}
+
+// frozen reports whether a hook of the run asks for its group frozen.
+func frozen(hooks []Hook) bool {
+	for _, h := range hooks {
+		if h.Frozen {
+			return true
+		}
+	}
+	return false
 }
 
 // setMeta records a hook's metadata in the run's live record (nil changes nothing).
@@ -185,7 +199,10 @@ func (m *Manager) status(r *run) *Status {
 // residue lets the hooks look at the processes a managed run left behind, with the group
 // frozen, before supervise kills them.
 func (m *Manager) residue(hooks []Hook, r *run) {
-	err := m.freeze(r.group, true)
+	var err error
+	if frozen(hooks) {
+		err = m.freeze(r.group, true)
+	}
 	for _, h := range hooks {
 		if err != nil {
 			break
@@ -201,14 +218,15 @@ func (m *Manager) residue(hooks []Hook, r *run) {
 	}
 }
 
-// endHooks freezes the empty group and lets the hooks take their last look, in reverse order.
+// endHooks freezes the empty group (if a hook asks) and lets the hooks take their last look, in
+// reverse order.
 // killErr is the failure to empty the group, if any; the hooks are told either way.
 func (m *Manager) endHooks(hooks []Hook, group string, st *Status, killErr error) {
 	if len(hooks) == 0 {
 		return
 	}
 	quiesce := killErr
-	if quiesce == nil {
+	if quiesce == nil && frozen(hooks) {
 		quiesce = m.freeze(group, true)
 	}
 	for i := len(hooks) - 1; i >= 0; i-- {

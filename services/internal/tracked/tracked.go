@@ -165,11 +165,18 @@ type Mount struct {
 type Hook struct {
 	Name     string
 	Observer Observer
+	// Frozen asks for the run's cgroup to be frozen around Begin and End (and Residue), for an
+	// observer that must see the sandbox still (the system-effects observer captures it). If any
+	// hook of a run asks, all of its hooks see the group frozen. Freezing a sandbox that bwrap is
+	// still setting up delays its start (by about 0.8 ms here), so hooks that need no still
+	// sandbox leave it unset: they are called at the same two moments, before the command is
+	// released (bwrap waits on its block fd) and after the group is empty.
+	Frozen bool
 }
 
-// Observer watches one run. Begin and End happen while the run's cgroup is frozen: Begin with
-// bwrap waiting on its block fd, in the order of StartRequest.Hooks; End once every process of the
-// run has exited and the group is empty but still in place, in reverse order.
+// Observer watches one run. Begin is called with bwrap waiting on its block fd, in the order of
+// StartRequest.Hooks; End once every process of the run has exited and the group is empty but
+// still in place, in reverse order; both with the group frozen if a hook asks (Hook.Frozen).
 type Observer interface {
 	// Begin is called before the command is released. An error fails the start closed: the run's
 	// cgroup is killed, the hooks that had begun see End (with that error as quiesce) and Start

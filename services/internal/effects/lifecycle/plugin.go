@@ -161,6 +161,7 @@ func (p *Plugin) Contribution() *plugin.Contribution {
 	return &plugin.Contribution{
 		Actions: map[string]plugin.Action{rpc.ActionObserverAbort: {Handler: p.abort, Scope: plugin.ScopeHost}},
 		Run:     p.Run,
+		Frozen:  true, // captures A and B of a still sandbox
 		Close:   func() error { p.Close(); return nil },
 	}
 }
@@ -207,7 +208,7 @@ func (p *Plugin) Prepare(_ context.Context, req *tracked.StartRequest, rp RunPar
 	if err != nil {
 		return nil, err
 	}
-	req.Hooks = append(req.Hooks, tracked.Hook{Name: Name, Observer: ro})
+	req.Hooks = append(req.Hooks, tracked.Hook{Name: Name, Observer: ro, Frozen: true})
 	return undo, nil
 }
 
