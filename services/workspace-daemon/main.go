@@ -76,13 +76,13 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		if ws, err = openWorkspace(cfg); err != nil {
 			return fmt.Errorf("workspace runtime: %w (--system-only serves system.* without it)", err)
 		}
-		if sys.Sandbox, err = guardRuns(cfg, ws.Runs, ls.Ports()); err != nil {
+		if sys.Sandbox, err = guardRuns(cfg, ws, ls.Ports()); err != nil {
 			return err
 		}
 		if err := ws.RemoveStale(); err != nil { // a leftover never stops the daemon
 			log.LogAttrs(ctx, slog.LevelWarn, "leftovers of deleted sessions not removed", slog.String("error", err.Error()))
 		}
-		sys.Quarantined = quarantined(ws.Store)
+		sys.Quarantined = quarantined(ws)
 		for _, q := range sys.Quarantined() {
 			log.LogAttrs(ctx, slog.LevelWarn, "session quarantined: its recovery could not finish; only session.delete is served for it",
 				slog.String("agent_id", q.AgentID), slog.String("session_id", q.SessionID), slog.String("reason", q.Reason))
@@ -109,7 +109,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		if err := daemon.RegisterWorkspace(router, ws, hook); err != nil {
 			return err
 		}
-		router.SetAudit(ws.Audit)
+		router.SetAudit(ws.AuditLog())
 		tr, err := openTracker(cfg, ws)
 		if err != nil {
 			return err
@@ -132,14 +132,14 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 // can connect to, send to or bind the daemon's ports (or --guard-ports) on any address, and
 // returns the boundary as system.info reports it. The guard stays attached after the daemon
 // exits (and is replaced by the next start), so a run cannot take a port while it restarts.
-func guardRuns(cfg daemon.Config, runs *tracked.Manager, ports []uint16) (system.Sandbox, error) {
+func guardRuns(cfg daemon.Config, ws *workspace.Service, ports []uint16) (system.Sandbox, error) {
 	ports = append(ports, cfg.GuardPorts...)
-	g, err := netguard.Attach(runs.ParentDir(), ports)
+	g, err := netguard.Attach(ws.RunsParentDir(), ports)
 	if err != nil {
 		return system.Sandbox{}, fmt.Errorf("network guard of the runs: %w", err)
 	}
 	defer g.Close()
-	uid, gid := runs.Identity()
+	uid, gid := ws.RunIdentity()
 	sb := system.Sandbox{RunUID: uid, RunGID: gid, GuardedPorts: g.Ports(), ManagedExecution: cfg.ManagedExecution}
 	for _, r := range seccomp.Rules() {
 		if r.Action == seccomp.Allow {
@@ -197,7 +197,7 @@ func openWorkspace(cfg daemon.Config) (*workspace.Service, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &workspace.Service{Store: st, Runs: runs, Fences: fences, Policy: policy, Limits: limits, Quota: quota, Audit: log, KillOnRollback: cfg.KillOnRollback}, nil
+	return workspace.New(workspace.Deps{Store: st, Runs: runs, Fences: fences, Policy: policy, Limits: limits, Quota: quota, Audit: log, KillOnRollback: cfg.KillOnRollback}), nil
 }
 
 // auditRun records what happens to runs without a request (their exit, the pruning of their
@@ -217,10 +217,10 @@ func auditRun(log *audit.Log) func(string, *tracked.Status) {
 }
 
 // quarantined reports the store's quarantined sessions to system.info.
-func quarantined(st *store.Store) func() []system.Quarantined {
+func quarantined(ws *workspace.Service) func() []system.Quarantined {
 	return func() []system.Quarantined {
 		var out []system.Quarantined
-		for _, q := range st.Quarantined() {
+		for _, q := range ws.Quarantined() {
 			out = append(out, system.Quarantined{AgentID: q.AgentID, SessionID: q.SessionID, Reason: q.Reason, Since: q.Since})
 		}
 		return out
@@ -244,13 +244,13 @@ func openTracker(cfg daemon.Config, ws *workspace.Service) (*tracker.Tracker, er
 		return nil, nil
 	}
 	if cfg.ProcessTreeProvider != daemon.ProviderEBPF {
-		return tracker.New(ws.Runs), nil
+		return tracker.New(ws), nil
 	}
 	col, err := openProcessTree()
 	if err != nil {
 		return nil, fmt.Errorf("--process-tree-provider=ebpf: load the eBPF process-tree provider (needs root and kernel BTF): %w", err)
 	}
-	tr, err := tracker.NewEBPF(ws.Runs, col, filepath.Join(cfg.State, "proctree"))
+	tr, err := tracker.NewEBPF(ws, col, filepath.Join(cfg.State, "proctree"))
 	if err != nil {
 		col.Close()
 		return nil, fmt.Errorf("--process-tree-provider=ebpf: %w", err)

@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/allox-os/allox/services/internal/proctree/event"
-	"github.com/allox-os/allox/services/internal/tracked"
 )
 
 // maxRunEvents bounds one run's record; further events are counted as
@@ -70,15 +69,15 @@ type ebpfSource struct {
 //
 // The observer (a later plugin) and this provider are mutually exclusive;
 // nothing checks that yet, since the observer does not exist.
-func NewEBPF(runs *tracked.Manager, col Collector, dir string) (*Tracker, error) {
+func NewEBPF(runs GatedRuns, col Collector, dir string) (*Tracker, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("process records: %w", err)
 	}
 	s := &ebpfSource{col: col, dir: dir, proc: "/proc", done: make(chan struct{}),
 		ids: map[uint64]string{}, counts: map[string]int{}}
 	go s.record()
-	runs.SetGate(s.gate)
-	return &Tracker{runs: runs, proc: "/proc", ebpf: s}, nil
+	runs.SetRunGate(s.gate)
+	return &Tracker{runs: runs, gated: runs, proc: "/proc", ebpf: s}, nil
 }
 
 // Close stops recording and closes the collector. It is a no-op for the
@@ -87,7 +86,7 @@ func (t *Tracker) Close() error {
 	if t.ebpf == nil {
 		return nil
 	}
-	t.runs.SetGate(nil)
+	t.gated.SetRunGate(nil)
 	err := t.ebpf.col.Close()
 	<-t.ebpf.done
 	return err
