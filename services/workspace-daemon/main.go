@@ -81,13 +81,13 @@ func serve(ctx context.Context, cfg daemon.Config, known []plugin.Plugin, stderr
 			return fmt.Errorf("workspace runtime: %w (--system-only serves system.* without it)", err)
 		}
 		defer ws.Close()
-		if sys.Sandbox, err = guardRuns(cfg, ws.Runs, ls.Ports()); err != nil {
+		if sys.Sandbox, err = guardRuns(cfg, ws, ls.Ports()); err != nil {
 			return err
 		}
 		if err := ws.RemoveStale(); err != nil { // a leftover never stops the daemon
 			log.LogAttrs(ctx, slog.LevelWarn, "leftovers of deleted sessions not removed", slog.String("error", err.Error()))
 		}
-		sys.Quarantined = quarantined(ws.Store)
+		sys.Quarantined = quarantined(ws)
 		for _, q := range sys.Quarantined() {
 			log.LogAttrs(ctx, slog.LevelWarn, "session quarantined: its recovery could not finish; only session.delete is served for it",
 				slog.String("agent_id", q.AgentID), slog.String("session_id", q.SessionID), slog.String("reason", q.Reason))
@@ -107,7 +107,7 @@ func serve(ctx context.Context, cfg daemon.Config, known []plugin.Plugin, stderr
 		if err := daemon.RegisterWorkspace(router, ws, plugins); err != nil {
 			return err
 		}
-		router.SetAudit(ws.Audit)
+		router.SetAudit(ws.AuditLog())
 		if err := registerTracker(cfg, router, ws); err != nil {
 			return err
 		}
@@ -133,14 +133,14 @@ func serve(ctx context.Context, cfg daemon.Config, known []plugin.Plugin, stderr
 // can connect to, send to or bind the daemon's ports (or --guard-ports) on any address, and
 // returns the boundary as system.info reports it. The guard stays attached after the daemon
 // exits (and is replaced by the next start), so a run cannot take a port while it restarts.
-func guardRuns(cfg daemon.Config, runs *tracked.Manager, ports []uint16) (system.Sandbox, error) {
+func guardRuns(cfg daemon.Config, ws *workspace.Service, ports []uint16) (system.Sandbox, error) {
 	ports = append(ports, cfg.GuardPorts...)
-	g, err := netguard.Attach(runs.ParentDir(), ports)
+	g, err := netguard.Attach(ws.RunsParentDir(), ports)
 	if err != nil {
 		return system.Sandbox{}, fmt.Errorf("network guard of the runs: %w", err)
 	}
 	defer g.Close()
-	uid, gid := runs.Identity()
+	uid, gid := ws.RunIdentity()
 	sb := system.Sandbox{RunUID: uid, RunGID: gid, GuardedPorts: g.Ports(), ManagedExecution: cfg.ManagedExecution}
 	for _, r := range seccomp.Rules() {
 		if r.Action == seccomp.Allow {
@@ -198,7 +198,7 @@ func openWorkspace(cfg daemon.Config) (*workspace.Service, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &workspace.Service{Store: st, Runs: runs, Fences: fences, Policy: policy, Limits: limits, Quota: quota, Audit: log, KillOnRollback: cfg.KillOnRollback}, nil
+	return workspace.New(workspace.Deps{Store: st, Runs: runs, Fences: fences, Policy: policy, Limits: limits, Quota: quota, Audit: log, KillOnRollback: cfg.KillOnRollback}), nil
 }
 
 // auditRun records what happens to runs without a request (their exit, the pruning of their
@@ -218,10 +218,10 @@ func auditRun(log *audit.Log) func(string, *tracked.Status) {
 }
 
 // quarantined reports the store's quarantined sessions to system.info.
-func quarantined(st *store.Store) func() []system.Quarantined {
+func quarantined(ws *workspace.Service) func() []system.Quarantined {
 	return func() []system.Quarantined {
 		var out []system.Quarantined
-		for _, q := range st.Quarantined() {
+		for _, q := range ws.Quarantined() {
 			out = append(out, system.Quarantined{AgentID: q.AgentID, SessionID: q.SessionID, Reason: q.Reason, Since: q.Since})
 		}
 		return out
@@ -246,7 +246,7 @@ func registerTracker(cfg daemon.Config, router *daemon.Router, ws *workspace.Ser
 	case cfg.ProcessTreeProvider == daemon.ProviderEBPF:
 		return nil
 	case cfg.ProcessTracker:
-		return daemon.RegisterTracker(router, ws, tracker.New(ws.Runs))
+		return daemon.RegisterTracker(router, ws, tracker.New(ws))
 	}
 	return daemon.RegisterTrackerDisabled(router)
 }

@@ -29,7 +29,7 @@ var installProcessTree = func(cfg daemon.Config, p *plugin.Plugin) {
 			return nil, fmt.Errorf("load the eBPF process-tree provider (needs root and kernel BTF): %w", err)
 		}
 		// The records keep the directory they had before Plugin API v1.
-		tr, err := tracker.NewEBPF(core.Workspace.Runs, col, filepath.Join(cfg.State, "proctree"))
+		tr, err := tracker.NewEBPF(core.Workspace, col, filepath.Join(cfg.State, "proctree"))
 		if err != nil {
 			col.Close()
 			return nil, err

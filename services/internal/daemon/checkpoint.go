@@ -30,7 +30,7 @@ func (h workspaceHandlers) checkpointGet(_ context.Context, c *Call) (any, error
 	if err := rpc.DecodeParams(c.Params, &p); err != nil {
 		return nil, err
 	}
-	cp, err := h.w.Store.GetCheckpoint(p.AgentID, p.SessionID, p.CheckpointID)
+	cp, err := h.w.GetCheckpoint(p.AgentID, p.SessionID, p.CheckpointID)
 	if err != nil {
 		return nil, err
 	}
@@ -42,7 +42,7 @@ func (h workspaceHandlers) checkpointList(_ context.Context, c *Call) (any, erro
 	if err := rpc.DecodeParams(c.Params, &p); err != nil {
 		return nil, err
 	}
-	list, err := h.w.Store.ListCheckpoints(p.AgentID, p.SessionID)
+	list, err := h.w.ListCheckpoints(p.AgentID, p.SessionID)
 	if err != nil {
 		return nil, err
 	}

@@ -67,6 +67,8 @@ type limitsEnv struct {
 	state  string
 	router *Router
 	ws     *workspace.Service
+	store  *store.Store
+	limits *workspace.Limits
 	cfg    tracked.Config
 }
 
@@ -98,12 +100,12 @@ func newLimitsEnv(t *testing.T, root, state, parent string) *limitsEnv {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ws := &workspace.Service{Store: st, Runs: runs, Fences: fences, Policy: policy, Limits: limits}
+	ws := workspace.New(workspace.Deps{Store: st, Runs: runs, Fences: fences, Policy: policy, Limits: limits})
 	r := NewRouter()
 	if err := errors.Join(RegisterWorkspace(r, ws, nil), RegisterSystemWith(r, system.New(root, "test"), ws, nil)); err != nil {
 		t.Fatal(err)
 	}
-	return &limitsEnv{state: state, router: r, ws: ws, cfg: cfg}
+	return &limitsEnv{state: state, router: r, ws: ws, store: st, limits: limits, cfg: cfg}
 }
 
 func (e *limitsEnv) call(t *testing.T, action string, params any, out any) *rpc.Error {
@@ -137,7 +139,7 @@ func TestSessionLimitsOverRPC(t *testing.T) {
 	_, _ = rand.Read(b[:])
 	parent := "allox-daemon-test-" + hex.EncodeToString(b[:])
 	e := newLimitsEnv(t, root, state, parent)
-	t.Cleanup(func() { removeGroups(filepath.Dir(filepath.Dir(e.ws.Runs.CgroupDir("a", "s1", "")))) })
+	t.Cleanup(func() { removeGroups(filepath.Dir(filepath.Dir(e.ws.CgroupDir("a", "s1", "")))) })
 	if err := e.call(t, rpc.ActionAgentCreate, map[string]any{"agent_id": "a"}, nil); err != nil {
 		t.Fatal(err)
 	}
@@ -188,9 +190,9 @@ func TestSessionLimitsOverRPC(t *testing.T) {
 	}
 
 	// A restart: the session keeps its limits; the defaults may have changed meanwhile.
-	e.ws.Store.Close()
+	e.store.Close()
 	e2 := newLimitsEnv(t, root, state, parent)
-	e2.ws.Limits.Defaults = limit.Set{PidsMax: 100}
+	e2.limits.Defaults = limit.Set{PidsMax: 100}
 	var again rpc.Session
 	if err := e2.call(t, rpc.ActionSessionGet, map[string]any{"agent_id": "a", "session_id": "s1"}, &again); err != nil {
 		t.Fatal(err)
@@ -204,7 +206,7 @@ func TestSessionLimitsOverRPC(t *testing.T) {
 	if err := e2.call(t, rpc.ActionSessionDelete, map[string]any{"agent_id": "a", "session_id": "s1"}, nil); err != nil {
 		t.Fatal(err)
 	}
-	if l, _ := e2.ws.Limits.Session("a", "s1"); !cmp.Equal(l, e2.ws.Limits.Defaults) {
+	if l, _ := e2.limits.Session("a", "s1"); !cmp.Equal(l, e2.limits.Defaults) {
 		t.Errorf("a deleted session's limits are still recorded: %+v", l)
 	}
 }

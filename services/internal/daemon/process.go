@@ -101,7 +101,7 @@ func (h workspaceHandlers) processGet(_ context.Context, c *Call) (any, error) {
 	if err := rpc.DecodeParams(c.Params, &p); err != nil {
 		return nil, err
 	}
-	st, err := h.w.Runs.Get(p.RunID)
+	st, err := h.w.Run(p.RunID)
 	if err != nil {
 		return nil, err
 	}
@@ -125,10 +125,10 @@ func (h workspaceHandlers) processWait(ctx context.Context, c *Call) (any, error
 		ctx, cancel = context.WithTimeout(ctx, timeout)
 		defer cancel()
 	}
-	st, err := h.w.Runs.Wait(ctx, p.RunID)
+	st, err := h.w.WaitRun(ctx, p.RunID)
 	if err != nil && ctx.Err() != nil && st == nil {
 		// The wait timed out: report the run as it is now.
-		st, err = h.w.Runs.Get(p.RunID)
+		st, err = h.w.Run(p.RunID)
 	}
 	if err != nil {
 		return nil, err
@@ -141,10 +141,10 @@ func (h workspaceHandlers) processKill(_ context.Context, c *Call) (any, error) 
 	if err := rpc.DecodeParams(c.Params, &p); err != nil {
 		return nil, err
 	}
-	if err := h.w.Runs.Kill(p.RunID); err != nil {
+	if err := h.w.KillRun(p.RunID); err != nil {
 		return nil, err
 	}
-	st, err := h.w.Runs.Get(p.RunID)
+	st, err := h.w.Run(p.RunID)
 	if err != nil {
 		return nil, err
 	}
@@ -156,10 +156,10 @@ func (h workspaceHandlers) processList(_ context.Context, c *Call) (any, error) 
 	if err := rpc.DecodeParams(c.Params, &p); err != nil {
 		return nil, err
 	}
-	if _, err := h.w.Store.GetSession(p.AgentID, p.SessionID); err != nil {
+	if _, err := h.w.GetSession(p.AgentID, p.SessionID); err != nil {
 		return nil, err
 	}
-	list, err := h.w.Runs.List(p.AgentID, p.SessionID)
+	list, err := h.w.ListRuns(p.AgentID, p.SessionID)
 	if err != nil {
 		return nil, err
 	}
@@ -202,11 +202,11 @@ func (h workspaceHandlers) processOutput(_ context.Context, c *Call) (any, error
 	if p.Limit <= 0 || p.Limit > maxOutputPage {
 		p.Limit = maxOutputPage
 	}
-	data, next, eof, err := h.w.Runs.Output(p.RunID, p.Stream, p.Offset, p.Limit)
+	data, next, eof, err := h.w.RunOutput(p.RunID, p.Stream, p.Offset, p.Limit)
 	if err != nil {
 		return nil, err
 	}
-	dropped, err := h.w.Runs.Dropped(p.RunID, p.Stream)
+	dropped, err := h.w.RunDropped(p.RunID, p.Stream)
 	if err != nil {
 		return nil, err
 	}

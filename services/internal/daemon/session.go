@@ -46,7 +46,7 @@ func (h workspaceHandlers) sessionGet(_ context.Context, c *Call) (any, error) {
 	if err := rpc.DecodeParams(c.Params, &p); err != nil {
 		return nil, err
 	}
-	s, err := h.w.Store.GetSession(p.AgentID, p.SessionID)
+	s, err := h.w.GetSession(p.AgentID, p.SessionID)
 	if err != nil {
 		return nil, err
 	}
@@ -58,7 +58,7 @@ func (h workspaceHandlers) sessionList(_ context.Context, c *Call) (any, error) 
 	if err := rpc.DecodeParams(c.Params, &p); err != nil {
 		return nil, err
 	}
-	list, err := h.w.Store.ListSessions(p.AgentID)
+	list, err := h.w.ListSessions(p.AgentID)
 	if err != nil {
 		return nil, err
 	}
@@ -127,19 +127,19 @@ func (h workspaceHandlers) sessionUnfence(_ context.Context, c *Call) (any, erro
 
 func (h workspaceHandlers) session(s *store.Session) rpc.Session {
 	out := rpc.Session{AgentID: s.AgentID, SessionID: s.ID, Created: s.Created, Current: s.Current, Head: s.Head,
-		LiveRuns: h.w.Runs.Active(s.AgentID, s.ID), TurnCheckpoints: h.w.Policy.Enabled(s.AgentID, s.ID)}
-	if f, ok := h.w.Fences.Get(s.AgentID, s.ID); ok {
+		LiveRuns: h.w.ActiveRuns(s.AgentID, s.ID), TurnCheckpoints: h.w.TurnCheckpoints(s.AgentID, s.ID)}
+	if f, ok := h.w.FenceOf(s.AgentID, s.ID); ok {
 		out.Fenced = &rpc.Fence{Reason: f.Reason, Evidence: f.Evidence, Since: f.Since}
 	}
-	if h.w.Limits != nil {
-		if l, err := h.w.Limits.Session(s.AgentID, s.ID); err == nil {
+	if _, _, ok := h.w.LimitBounds(); ok {
+		if l, err := h.w.SessionLimits(s.AgentID, s.ID); err == nil {
 			out.Limits = &l
 		}
 	}
-	if q, ok, err := h.w.Store.SessionQuota(s.AgentID, s.ID); err == nil && ok {
+	if q, ok, err := h.w.SessionQuota(s.AgentID, s.ID); err == nil && ok {
 		out.Quota = wireQuota(q)
 	}
-	if files := h.w.Runs.GroupFiles(s.AgentID, s.ID, ""); len(files) > 0 {
+	if files := h.w.GroupFiles(s.AgentID, s.ID, ""); len(files) > 0 {
 		out.CgroupFiles = files
 	}
 	if q := s.Quarantine; q != nil {

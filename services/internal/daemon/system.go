@@ -120,10 +120,10 @@ func seccompRules(rs []system.SeccompRule) []rpc.SeccompRule {
 // storeQuota reports the store-wide quota (3/1); nil with quotas off or without a workspace
 // runtime.
 func storeQuota(ws *workspace.Service) *rpc.Quota {
-	if ws == nil || ws.Store == nil {
+	if ws == nil {
 		return nil
 	}
-	q, ok, err := ws.Store.StoreQuota()
+	q, ok, err := ws.StoreQuota()
 	if err != nil || !ok {
 		return nil
 	}
@@ -132,11 +132,11 @@ func storeQuota(ws *workspace.Service) *rpc.Quota {
 
 // limitsInfo reports which limits ws applies; nil without a workspace runtime.
 func limitsInfo(ws *workspace.Service) *rpc.LimitsInfo {
-	if ws == nil || ws.Runs == nil {
+	if ws == nil {
 		return nil
 	}
-	out := &rpc.LimitsInfo{Controllers: ws.Runs.Controllers(), Enforced: ws.Runs.Enforced(), Skipped: []string{},
-		RunDefaults: ws.Runs.RunLimits(), RunsMemoryMax: ws.Runs.RunsMemoryMax(), RunOOMScoreAdj: tracked.RunOOMScoreAdj}
+	out := &rpc.LimitsInfo{Controllers: ws.Controllers(), Enforced: ws.EnforcedLimits(), Skipped: []string{},
+		RunDefaults: ws.RunLimits(), RunsMemoryMax: ws.RunsMemoryMax(), RunOOMScoreAdj: tracked.RunOOMScoreAdj}
 	if out.Controllers == nil {
 		out.Controllers = []string{}
 	}
@@ -148,8 +148,8 @@ func limitsInfo(ws *workspace.Service) *rpc.LimitsInfo {
 			out.Skipped = append(out.Skipped, f)
 		}
 	}
-	if ws.Limits != nil {
-		out.SessionDefaults, out.Max = ws.Limits.Defaults, ws.Limits.Max
+	if defaults, max, ok := ws.LimitBounds(); ok {
+		out.SessionDefaults, out.Max = defaults, max
 	}
 	return out
 }

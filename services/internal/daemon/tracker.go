@@ -58,7 +58,7 @@ func (h trackerHandlers) tree(_ context.Context, c *Call) (any, error) {
 	if err := rpc.DecodeParams(c.Params, &p); err != nil {
 		return nil, err
 	}
-	if _, err := h.w.Store.GetSession(p.AgentID, p.SessionID); err != nil {
+	if _, err := h.w.GetSession(p.AgentID, p.SessionID); err != nil {
 		return nil, err
 	}
 	return h.t.Tree(p.AgentID, p.SessionID, p.RunID)
@@ -75,7 +75,7 @@ func (h trackerHandlers) events(_ context.Context, c *Call) (any, error) {
 	if err := rpc.DecodeParams(c.Params, &p); err != nil {
 		return nil, err
 	}
-	if _, err := h.w.Store.GetSession(p.AgentID, p.SessionID); err != nil {
+	if _, err := h.w.GetSession(p.AgentID, p.SessionID); err != nil {
 		return nil, err
 	}
 	return h.t.Events(p.AgentID, p.SessionID, p.RunID, p.Offset, p.Limit)

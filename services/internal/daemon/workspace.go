@@ -82,7 +82,7 @@ func (h workspaceHandlers) agentGet(_ context.Context, c *Call) (any, error) {
 	if err := rpc.DecodeParams(c.Params, &p); err != nil {
 		return nil, err
 	}
-	a, err := h.w.Store.GetAgent(p.AgentID)
+	a, err := h.w.GetAgent(p.AgentID)
 	if err != nil {
 		return nil, err
 	}
@@ -93,7 +93,7 @@ func (h workspaceHandlers) agentList(_ context.Context, c *Call) (any, error) {
 	if err := rpc.DecodeParams(c.Params, &struct{}{}); err != nil {
 		return nil, err
 	}
-	list, err := h.w.Store.ListAgents()
+	list, err := h.w.ListAgents()
 	if err != nil {
 		return nil, err
 	}
@@ -114,8 +114,8 @@ func (h workspaceHandlers) agentDelete(_ context.Context, c *Call) (any, error) 
 
 func (h workspaceHandlers) agent(a *store.Agent) rpc.Agent {
 	out := rpc.Agent{AgentID: a.ID, Created: a.Created, Workspace: a.Workspace, Shared: a.Shared,
-		TurnCheckpoints: h.w.Policy.Enabled(a.ID, "")}
-	if q, ok, err := h.w.Store.AgentQuota(a.ID); err == nil && ok {
+		TurnCheckpoints: h.w.TurnCheckpoints(a.ID, "")}
+	if q, ok, err := h.w.AgentQuota(a.ID); err == nil && ok {
 		out.Quota = wireQuota(q)
 	}
 	return out

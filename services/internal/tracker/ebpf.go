@@ -66,7 +66,7 @@ type ebpfSource struct {
 // workspace; every run must be registered with col through the tracker's
 // RunHook before the run's command is released. The tracker owns col from
 // now on: Close closes it.
-func NewEBPF(runs *tracked.Manager, col Collector, dir string) (*Tracker, error) {
+func NewEBPF(runs Runs, col Collector, dir string) (*Tracker, error) {
 	if err := os.MkdirAll(dir, 0o700); err != nil {
 		return nil, fmt.Errorf("process records: %w", err)
 	}

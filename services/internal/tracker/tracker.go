@@ -97,13 +97,20 @@ type Page struct {
 // Tracker answers process.tree and process.events. The zero value is not
 // usable; use New or NewEBPF.
 type Tracker struct {
-	runs *tracked.Manager
-	proc string // procfs mount, "/proc"
-	ebpf *ebpfSource
+	runs  Runs
+	proc  string    // procfs mount, "/proc"
+	ebpf  *ebpfSource
+}
+
+// Runs are what the tracker reads of the daemon's runs (the workspace service is one).
+type Runs interface {
+	Run(runID string) (*tracked.Status, error)
+	ListRuns(agentID, sessionID string) ([]*tracked.Status, error)
+	CgroupDir(agentID, sessionID, runID string) string
 }
 
 // New returns a tracker with the cgroup source.
-func New(runs *tracked.Manager) *Tracker {
+func New(runs Runs) *Tracker {
 	return &Tracker{runs: runs, proc: "/proc"}
 }
 
@@ -125,13 +132,13 @@ func (t *Tracker) runIDs(agentID, sessionID, runID string) ([]string, error) {
 		return nil, &InvalidError{Field: "session_id", Reason: "required"}
 	}
 	if runID != "" {
-		st, err := t.runs.Get(runID)
+		st, err := t.runs.Run(runID)
 		if err != nil || st.AgentID != agentID || st.SessionID != sessionID {
 			return nil, fmt.Errorf("run %q of %s/%s: %w", runID, agentID, sessionID, ErrNotFound)
 		}
 		return []string{runID}, nil
 	}
-	sts, err := t.runs.List(agentID, sessionID)
+	sts, err := t.runs.ListRuns(agentID, sessionID)
 	if err != nil {
 		return nil, err
 	}

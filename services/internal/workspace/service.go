@@ -34,8 +34,8 @@ func (e *BusyError) Error() string {
 
 func (e *BusyError) Is(target error) bool { return target == ErrBusy }
 
-// Service is the workspace runtime.
-type Service struct {
+// Deps are what a Service composes. Store, Runs, Fences and Policy are required.
+type Deps struct {
 	Store  *store.Store
 	Runs   *tracked.Manager
 	Fences *fence.Registry
@@ -50,32 +50,44 @@ type Service struct {
 	KillOnRollback bool
 	// Quota are the sessions' space limits; nil: quotas are off.
 	Quota *Quota
+}
 
-	locks sync.Map // agent/session → *sync.Mutex: one state change per session at a time
+// Service is the workspace runtime: the only way to the store, the runs, the fences and the
+// policy, so that every change of a session's state takes the session's lock.
+type Service struct {
+	store          *store.Store
+	runs           *tracked.Manager
+	fences         *fence.Registry
+	policy         *Policy
+	limits         *Limits
+	auditLog       *audit.Log
+	killOnRollback bool
+	quota          *Quota
+
+	locks sync.Map // agent/session → *sessionLock: one state change per session at a time
+}
+
+// New returns the service over d.
+func New(d Deps) *Service {
+	return &Service{store: d.Store, runs: d.Runs, fences: d.Fences, policy: d.Policy, limits: d.Limits,
+		auditLog: d.Audit, killOnRollback: d.KillOnRollback, quota: d.Quota}
 }
 
 // Record appends e to the audit log, if there is one, with origin "daemon" unless it names one.
 // A log that cannot be written does not fail what it records.
 func (s *Service) Record(e audit.Entry) {
-	if s.Audit == nil {
+	if s.auditLog == nil {
 		return
 	}
 	if e.Origin == "" {
 		e.Origin = audit.Daemon
 	}
-	_ = s.Audit.Append(e)
+	_ = s.auditLog.Append(e)
 }
 
 // Close releases the store (its lock on the state dir, its background reaper). Runs are not
 // touched: they die with the daemon.
-func (s *Service) Close() error { return s.Store.Close() }
-
-func (s *Service) lock(agent, session string) func() {
-	m, _ := s.locks.LoadOrStore(agent+"/"+session, &sync.Mutex{})
-	mu := m.(*sync.Mutex)
-	mu.Lock()
-	return mu.Unlock
-}
+func (s *Service) Close() error { return s.store.Close() }
 
 // SessionOptions are session.create's optional settings.
 type SessionOptions struct {
@@ -96,49 +108,49 @@ func (s *Service) CreateSession(agent, id string, turnCheckpoints *bool) (*store
 // step fails the session is removed again: a failed request changes nothing.
 func (s *Service) CreateSessionWith(agent, id string, opt SessionOptions) (*store.Session, error) {
 	var limits limit.Set
-	if s.Limits != nil {
+	if s.limits != nil {
 		var err error
-		if limits, err = s.Limits.Resolve(opt.Limits); err != nil {
+		if limits, err = s.limits.Resolve(opt.Limits); err != nil {
 			return nil, err
 		}
 	} else if !opt.Limits.IsZero() {
 		return nil, &LimitError{Field: "limits", Reason: "this daemon applies no session limits; leave limits out"}
 	}
-	if err := s.Quota.check(opt.Quota); err != nil {
+	if err := s.quota.check(opt.Quota); err != nil {
 		return nil, err
 	}
-	if _, err := s.Store.GetAgent(agent); err != nil {
+	if _, err := s.store.GetAgent(agent); err != nil {
 		return nil, err
 	}
 	defer s.lock(agent, id)()
-	sess, err := s.Store.CreateSessionWith(agent, id, store.SessionOptions{Quota: opt.Quota})
+	sess, err := s.store.CreateSessionWith(agent, id, store.SessionOptions{Quota: opt.Quota})
 	if err != nil {
 		return nil, err
 	}
 	undo := func(err error) (*store.Session, error) {
-		return nil, errors.Join(err, s.forgetSession(agent, id), s.Store.DeleteSession(agent, id))
+		return nil, errors.Join(err, s.forgetSession(agent, id), s.store.DeleteSession(agent, id))
 	}
 	// current/ belongs to the runs' unprivileged identity from the start, so that every
 	// checkpoint of it (the baseline first) and every rollback agrees with what runs see.
-	if err := s.Runs.Own(sess.Current); err != nil {
+	if err := s.runs.Own(sess.Current); err != nil {
 		return undo(fmt.Errorf("hand current/ to the runs' identity: %w", err))
 	}
-	if s.Limits != nil {
-		if err := s.Limits.Set(agent, id, limits); err != nil {
+	if s.limits != nil {
+		if err := s.limits.Set(agent, id, limits); err != nil {
 			return undo(err)
 		}
 	}
 	if opt.TurnCheckpoints != nil {
-		if err := s.Policy.SetSession(agent, id, *opt.TurnCheckpoints); err != nil {
+		if err := s.policy.SetSession(agent, id, *opt.TurnCheckpoints); err != nil {
 			return undo(err)
 		}
 	}
-	if s.Policy.Enabled(agent, id) {
+	if s.policy.Enabled(agent, id) {
 		opt := store.CheckpointOptions{Labels: map[string]string{"allox.kind": "baseline"}}
-		if _, err := s.Store.CreateCheckpoint(agent, id, BaselineCheckpoint, opt); err != nil {
+		if _, err := s.store.CreateCheckpoint(agent, id, BaselineCheckpoint, opt); err != nil {
 			return undo(fmt.Errorf("baseline checkpoint: %w", err))
 		}
-		if sess, err = s.Store.GetSession(agent, id); err != nil {
+		if sess, err = s.store.GetSession(agent, id); err != nil {
 			return nil, err
 		}
 	}
@@ -147,19 +159,19 @@ func (s *Service) CreateSessionWith(agent, id string, opt SessionOptions) (*stor
 
 // forgetSession drops a session's policy and limits.
 func (s *Service) forgetSession(agent, id string) error {
-	err := s.Policy.ForgetSession(agent, id)
-	if s.Limits != nil {
-		err = errors.Join(err, s.Limits.Forget(agent, id))
+	err := s.policy.ForgetSession(agent, id)
+	if s.limits != nil {
+		err = errors.Join(err, s.limits.Forget(agent, id))
 	}
 	return err
 }
 
 // SessionLimits returns a session's effective limits (the zero Set without Limits).
 func (s *Service) SessionLimits(agent, session string) (limit.Set, error) {
-	if s.Limits == nil {
+	if s.limits == nil {
 		return limit.Set{}, nil
 	}
-	return s.Limits.Session(agent, session)
+	return s.limits.Session(agent, session)
 }
 
 // BaselineCheckpoint is the id of the checkpoint made at session creation under the turn policy.
@@ -171,39 +183,53 @@ const BaselineCheckpoint = "baseline"
 // is never dropped by a delete: a session created again with the id of a fenced one starts fenced.
 func (s *Service) DeleteSession(agent, id string) error {
 	defer s.lock(agent, id)()
-	if err := s.Fences.Check(agent, id); err != nil {
+	if err := s.fences.Check(agent, id); err != nil {
 		return err
 	}
-	if n := s.Runs.Active(agent, id); n > 0 {
+	if n := s.runs.Active(agent, id); n > 0 {
 		return &BusyError{AgentID: agent, SessionID: id, Live: n, Op: "session.delete"}
 	}
-	if err := s.Store.DeleteSession(agent, id); err != nil {
+	if err := s.store.DeleteSession(agent, id); err != nil {
 		return err
 	}
-	return errors.Join(s.forgetSession(agent, id), s.Runs.ForgetSession(agent, id))
+	return errors.Join(s.forgetSession(agent, id), s.runs.ForgetSession(agent, id))
 }
 
 // DeleteCheckpoint deletes a checkpoint of an unfenced session.
 func (s *Service) DeleteCheckpoint(agent, session, id string) error {
 	defer s.lock(agent, session)()
-	if err := s.Fences.Check(agent, session); err != nil {
+	if err := s.fences.Check(agent, session); err != nil {
 		return err
 	}
-	return s.Store.DeleteCheckpoint(agent, session, id)
+	return s.store.DeleteCheckpoint(agent, session, id)
+}
+
+// PinCheckpoint sets or clears a checkpoint's pin (a pinned checkpoint refuses deletion). A fenced
+// session may be pinned and unpinned: the pin only keeps its state.
+func (s *Service) PinCheckpoint(agent, session, id string, pinned bool) error {
+	defer s.lock(agent, session)()
+	return s.store.Pin(agent, session, id, pinned)
+}
+
+// DiscardCheckpoint unpins and deletes a checkpoint that a failed request made, fenced or not: the
+// failed request then changes nothing (its failure may have fenced the session).
+func (s *Service) DiscardCheckpoint(agent, session, id string) error {
+	defer s.lock(agent, session)()
+	return errors.Join(s.store.Pin(agent, session, id, false), s.store.DeleteCheckpoint(agent, session, id))
 }
 
 // Fence fences an existing session for reason. A session that is fenced already keeps its fence
 // (and its evidence): the call is refused with that fence's reason.
 func (s *Service) Fence(agent, session, reason string) (*store.Session, error) {
 	defer s.lock(agent, session)()
-	sess, err := s.Store.GetSession(agent, session)
+	sess, err := s.store.GetSession(agent, session)
 	if err != nil {
 		return nil, err
 	}
-	if err := s.Fences.Check(agent, session); err != nil {
+	if err := s.fences.Check(agent, session); err != nil {
 		return nil, err
 	}
-	if err := s.Fences.Fence(agent, session, reason, ""); err != nil {
+	if err := s.fences.Fence(agent, session, reason, ""); err != nil {
 		return nil, err
 	}
 	return sess, nil
@@ -212,11 +238,11 @@ func (s *Service) Fence(agent, session, reason string) (*store.Session, error) {
 // Unfence lifts the fence of an existing session (a no-op if it has none).
 func (s *Service) Unfence(agent, session string) (*store.Session, error) {
 	defer s.lock(agent, session)()
-	sess, err := s.Store.GetSession(agent, session)
+	sess, err := s.store.GetSession(agent, session)
 	if err != nil {
 		return nil, err
 	}
-	if _, err := s.Fences.Unfence(agent, session); err != nil {
+	if _, err := s.fences.Unfence(agent, session); err != nil {
 		return nil, err
 	}
 	return sess, nil
@@ -225,64 +251,71 @@ func (s *Service) Unfence(agent, session string) (*store.Session, error) {
 // CreateCheckpoint snapshots the session unless it is fenced.
 func (s *Service) CreateCheckpoint(agent, session, id string, opt store.CheckpointOptions) (*store.Checkpoint, error) {
 	defer s.lock(agent, session)()
-	if err := s.Fences.Check(agent, session); err != nil {
+	if err := s.fences.Check(agent, session); err != nil {
 		return nil, err
 	}
-	return s.Store.CreateCheckpoint(agent, session, id, opt)
+	return s.store.CreateCheckpoint(agent, session, id, opt)
 }
 
 // Rollback restores the session's current/ from a checkpoint. Live runs refuse it unless kill is
 // true (or KillOnRollback when kill is nil): then the session's cgroup is killed and emptied first.
 func (s *Service) Rollback(ctx context.Context, agent, session, checkpoint string, kill *bool) (*store.Session, error) {
 	defer s.lock(agent, session)()
-	if err := s.Fences.Check(agent, session); err != nil {
+	if err := s.fences.Check(agent, session); err != nil {
 		return nil, err
 	}
-	if _, err := s.Store.GetCheckpoint(agent, session, checkpoint); err != nil {
+	if _, err := s.store.GetCheckpoint(agent, session, checkpoint); err != nil {
 		return nil, err
 	}
-	if n := s.Runs.Active(agent, session); n > 0 {
+	if n := s.runs.Active(agent, session); n > 0 {
 		if !s.killFor(kill) {
 			return nil, &BusyError{AgentID: agent, SessionID: session, Live: n, Op: "session.rollback"}
 		}
-		if err := s.Runs.KillSession(ctx, agent, session); err != nil {
+		// The runs' end (their observer's fence or recovery) acts under this lock.
+		if err := s.lend(agent, session, func() error { return s.runs.KillSession(ctx, agent, session) }); err != nil {
 			return nil, fmt.Errorf("kill the session's processes before rollback: %w", err)
 		}
 	}
-	return s.Store.Rollback(ctx, agent, session, checkpoint)
+	return s.store.Rollback(ctx, agent, session, checkpoint)
 }
 
 func (s *Service) killFor(kill *bool) bool {
 	if kill != nil {
 		return *kill
 	}
-	return s.KillOnRollback
+	return s.killOnRollback
 }
 
 // StartProcess starts a tracked, sandboxed run in the session unless it is fenced.
 func (s *Service) StartProcess(ctx context.Context, req tracked.StartRequest) (*tracked.Status, error) {
-	unlock := s.lock(req.AgentID, req.SessionID)
-	defer unlock()
-	if err := s.Fences.Check(req.AgentID, req.SessionID); err != nil {
+	defer s.lock(req.AgentID, req.SessionID)()
+	if err := s.fences.Check(req.AgentID, req.SessionID); err != nil {
 		return nil, err
 	}
-	p, err := s.Store.RunPaths(req.AgentID, req.SessionID)
+	p, err := s.store.RunPaths(req.AgentID, req.SessionID)
 	if err != nil {
 		return nil, err
 	}
 	req.Workspace = tracked.Workspace{Current: p.Current, Shared: p.Shared, AgentDir: p.AgentWorkspace, RunTmp: p.RunTmp}
-	return s.Runs.Start(ctx, req)
+	// The run's start (its observer's Begin, which fences the session if it fails) acts under this lock.
+	var st *tracked.Status
+	err = s.lend(req.AgentID, req.SessionID, func() error {
+		var err error
+		st, err = s.runs.Start(ctx, req)
+		return err
+	})
+	return st, err
 }
 
 // CreateAgent creates the agent and records its turn policy when one is given.
 func (s *Service) CreateAgent(id string, turnCheckpoints *bool) (*store.Agent, error) {
-	a, err := s.Store.CreateAgent(id)
+	a, err := s.store.CreateAgent(id)
 	if err != nil {
 		return nil, err
 	}
 	if turnCheckpoints != nil {
-		if err := s.Policy.SetAgent(id, *turnCheckpoints); err != nil {
-			return nil, errors.Join(err, s.Store.DeleteAgent(id))
+		if err := s.policy.SetAgent(id, *turnCheckpoints); err != nil {
+			return nil, errors.Join(err, s.store.DeleteAgent(id))
 		}
 	}
 	return a, nil
@@ -290,28 +323,28 @@ func (s *Service) CreateAgent(id string, turnCheckpoints *bool) (*store.Agent, e
 
 // DeleteAgent deletes an agent without sessions and forgets its policy.
 func (s *Service) DeleteAgent(id string) error {
-	if err := s.Store.DeleteAgent(id); err != nil {
+	if err := s.store.DeleteAgent(id); err != nil {
 		return err
 	}
-	return errors.Join(s.Policy.ForgetAgent(id), s.Runs.ForgetAgent(id))
+	return errors.Join(s.policy.ForgetAgent(id), s.runs.ForgetAgent(id))
 }
 
 // RemoveStale removes, at start-up, what deleted sessions and agents left outside the store: the
 // cgroups of sessions and agents the store no longer has (a quarantined session keeps its own).
 func (s *Service) RemoveStale() error {
-	return s.Runs.PruneCgroups(func(agent, session string) bool {
+	return s.runs.PruneCgroups(func(agent, session string) bool {
 		if session == "" {
-			if _, err := s.Store.GetAgent(agent); err == nil {
+			if _, err := s.store.GetAgent(agent); err == nil {
 				return true
 			}
-			for _, q := range s.Store.Quarantined() {
+			for _, q := range s.store.Quarantined() {
 				if q.AgentID == agent {
 					return true
 				}
 			}
 			return false
 		}
-		_, err := s.Store.GetSession(agent, session)
+		_, err := s.store.GetSession(agent, session)
 		return err == nil
 	})
 }

@@ -47,11 +47,11 @@ func (s *Service) BeginTurn(agent, session, turn string) (*store.Session, error)
 	if err := CheckTurnID("turn.begin", turn); err != nil {
 		return nil, err
 	}
-	sess, err := s.Store.GetSession(agent, session)
+	sess, err := s.store.GetSession(agent, session)
 	if err != nil {
 		return nil, err
 	}
-	if err := s.Fences.Check(agent, session); err != nil {
+	if err := s.fences.Check(agent, session); err != nil {
 		return nil, err
 	}
 	return sess, nil
@@ -64,13 +64,13 @@ func (s *Service) EndTurn(agent, session, turn string, success bool) (*store.Che
 	if err := CheckTurnID("turn.end", turn); err != nil {
 		return nil, err
 	}
-	if _, err := s.Store.GetSession(agent, session); err != nil {
+	if _, err := s.store.GetSession(agent, session); err != nil {
 		return nil, err
 	}
-	if err := s.Fences.Check(agent, session); err != nil {
+	if err := s.fences.Check(agent, session); err != nil {
 		return nil, err
 	}
-	if !success || !s.Policy.Enabled(agent, session) {
+	if !success || !s.policy.Enabled(agent, session) {
 		return nil, nil
 	}
 	opt := store.CheckpointOptions{Labels: map[string]string{"allox.kind": "turn", "allox.turn": turn}}

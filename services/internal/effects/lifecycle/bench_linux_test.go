@@ -27,7 +27,7 @@ func BenchmarkObserverOverhead(b *testing.B) {
 		b.Run(fmt.Sprintf("files=%d", files), func(b *testing.B) {
 			e := newEnv(b, "")
 			e.session("s1")
-			current, _, _, err := e.ws.Store.SessionPaths("a", "s1")
+			current, _, _, err := e.ws.SessionPaths("a", "s1")
 			if err != nil {
 				b.Fatal(err)
 			}
@@ -121,7 +121,7 @@ func (e *env) plain(session string, argv ...string) error {
 	if err != nil {
 		return err
 	}
-	_, err = e.ws.Runs.Wait(context.Background(), st.RunID)
+	_, err = e.ws.WaitRun(context.Background(), st.RunID)
 	return err
 }
 

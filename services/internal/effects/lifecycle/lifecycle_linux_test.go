@@ -92,7 +92,7 @@ func newEnv(t testing.TB, scopeJSON string) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ws := &workspace.Service{Store: st, Runs: runs, Fences: fences, Policy: policy}
+	ws := workspace.New(workspace.Deps{Store: st, Runs: runs, Fences: fences, Policy: policy})
 	// A private copy of the programs, so that a test may tamper with one.
 	libexec := filepath.Join(filepath.Dir(root), "libexec")
 	if err := os.MkdirAll(libexec, 0o755); err != nil {
@@ -153,7 +153,7 @@ func (e *env) start(session string, rp RunParams, managed bool, argv ...string) 
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
-	return e.ws.Runs.Wait(ctx, st.RunID)
+	return e.ws.WaitRun(ctx, st.RunID)
 }
 
 func (e *env) effects(st *tracked.Status) rpc.Effects {
@@ -179,11 +179,11 @@ func TestProtocol3SeedExampleConsistent(t *testing.T) {
 	if eff.Protocol != 3 || eff.Verdict != rpc.VerdictConsistent || eff.Evidence != rpc.EvidenceComplete || eff.Fenced {
 		t.Fatalf("effects %+v, want protocol 3 CONSISTENT COMPLETE", eff)
 	}
-	current, _, _, _ := e.ws.Store.SessionPaths("a", "s1")
+	current, _, _, _ := e.ws.SessionPaths("a", "s1")
 	if _, err := os.Stat(filepath.Join(current, "effect.txt")); !os.IsNotExist(err) {
 		t.Errorf("effect.txt after the recovery: %v; want it gone", err)
 	}
-	cp, err := e.ws.Store.GetCheckpoint("a", "s1", eff.CheckpointID)
+	cp, err := e.ws.GetCheckpoint("a", "s1", eff.CheckpointID)
 	if err != nil || !cp.Pinned {
 		t.Errorf("baseline %q: %+v, %v; want it pinned", eff.CheckpointID, cp, err)
 	}
@@ -242,7 +242,7 @@ func TestTamperedRecoverFences(t *testing.T) {
 	if !eff.Fenced || eff.Verdict == rpc.VerdictConsistent || !strings.Contains(eff.Reason, "pin") {
 		t.Fatalf("effects %+v, want fenced with a pin mismatch", eff)
 	}
-	if fc, ok := e.ws.Fences.Get("a", "s1"); !ok || fc.Evidence != eff.EvidencePath {
+	if fc, ok := e.ws.FenceOf("a", "s1"); !ok || fc.Evidence != eff.EvidencePath {
 		t.Errorf("fence %+v, want the evidence path %s", fc, eff.EvidencePath)
 	}
 }
@@ -255,7 +255,7 @@ func TestObserverKilledFences(t *testing.T) {
 	ro.obs.kill()
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	st, err := e.ws.Runs.Wait(ctx, st.RunID)
+	st, err := e.ws.WaitRun(ctx, st.RunID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -273,7 +273,7 @@ func TestObserverKilledFences(t *testing.T) {
 func TestBadRecoveryParamsLoseNothing(t *testing.T) {
 	e := newEnv(t, "")
 	e.session("s1")
-	before, err := e.ws.Store.ListCheckpoints("a", "s1")
+	before, err := e.ws.ListCheckpoints("a", "s1")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -283,7 +283,7 @@ func TestBadRecoveryParamsLoseNothing(t *testing.T) {
 	if _, err := e.start("s1", RunParams{CheckpointID: "nope"}, false, seed...); err == nil {
 		t.Fatal("checkpoint_id without recovery was accepted")
 	}
-	after, err := e.ws.Store.ListCheckpoints("a", "s1")
+	after, err := e.ws.ListCheckpoints("a", "s1")
 	if err != nil || len(after) != len(before) {
 		t.Errorf("checkpoints after refused requests: %d, %v; want the %d from before", len(after), err, len(before))
 	}
@@ -376,12 +376,12 @@ func TestStandbyObserverRunsTheNextRun(t *testing.T) {
 	if next == pid {
 		t.Fatal("the standby taken by the run is still the standby")
 	}
-	if err := e.ws.Runs.Kill(st.RunID); err != nil {
+	if err := e.ws.KillRun(st.RunID); err != nil {
 		t.Fatal(err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	st, err := e.ws.Runs.Wait(ctx, st.RunID)
+	st, err := e.ws.WaitRun(ctx, st.RunID)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -417,7 +417,7 @@ func TestChangedObserverRefusedWhileAStandbyWaits(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "pin") {
 		t.Fatalf("start with a changed observer = %v, want refused for its pin", err)
 	}
-	if _, ok := e.ws.Fences.Get("a", "s1"); !ok {
+	if _, ok := e.ws.FenceOf("a", "s1"); !ok {
 		t.Error("session not fenced after the observer failed its pin")
 	}
 }

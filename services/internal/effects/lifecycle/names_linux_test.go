@@ -29,7 +29,7 @@ func TestRenameBetweenInvalidUTF8Names(t *testing.T) {
 	t.Run("shared", func(t *testing.T) {
 		e.t = t
 		e.session("s1")
-		_, shared, _, err := e.ws.Store.SessionPaths("a", "s1")
+		_, shared, _, err := e.ws.SessionPaths("a", "s1")
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -57,7 +57,7 @@ func TestRenameBetweenInvalidUTF8Names(t *testing.T) {
 	t.Run("workspace", func(t *testing.T) {
 		e.t = t
 		e.session("s2")
-		current, _, _, err := e.ws.Store.SessionPaths("a", "s2")
+		current, _, _, err := e.ws.SessionPaths("a", "s2")
 		if err != nil {
 			t.Fatal(err)
 		}

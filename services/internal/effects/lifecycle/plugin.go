@@ -230,7 +230,7 @@ func (p *Plugin) prepare(agent, session string, rp RunParams) (*runObserver, fun
 	if rp.Recovery != nil {
 		ro.protocol, ro.recovery = 3, *rp.Recovery
 		ro.requireConsistent = rp.Recovery.RequireConsistent == nil || *rp.Recovery.RequireConsistent
-		if n := p.ws.Runs.Active(agent, session); n > 0 {
+		if n := p.ws.ActiveRuns(agent, session); n > 0 {
 			return nil, nil, fmt.Errorf("%w: observer protocol 3 restores the whole Session Workspace, and %d run(s) are live in session %s; wait for them",
 				workspace.ErrBusy, n, key)
 		}
@@ -255,17 +255,17 @@ func (p *Plugin) prepare(agent, session string, rp RunParams) (*runObserver, fun
 // now, or the caller's, which must exist (and is pinned). undo removes what this call added.
 func (p *Plugin) baseline(agent, session, id string) (string, func(), error) {
 	if id != "" {
-		cp, err := p.ws.Store.GetCheckpoint(agent, session, id)
+		cp, err := p.ws.GetCheckpoint(agent, session, id)
 		if err != nil {
 			return "", nil, err
 		}
 		if cp.Pinned {
 			return id, func() {}, nil
 		}
-		if err := p.ws.Store.Pin(agent, session, id, true); err != nil {
+		if err := p.ws.PinCheckpoint(agent, session, id, true); err != nil {
 			return "", nil, err
 		}
-		return id, func() { _ = p.ws.Store.Pin(agent, session, id, false) }, nil
+		return id, func() { _ = p.ws.PinCheckpoint(agent, session, id, false) }, nil
 	}
 	var b [4]byte
 	_, _ = rand.Read(b[:])
@@ -275,8 +275,7 @@ func (p *Plugin) baseline(agent, session, id string) (string, func(), error) {
 		return "", nil, fmt.Errorf("observer baseline checkpoint: %w", err)
 	}
 	return id, func() {
-		_ = p.ws.Store.Pin(agent, session, id, false)
-		_ = p.ws.Store.DeleteCheckpoint(agent, session, id)
+		_ = p.ws.DiscardCheckpoint(agent, session, id)
 	}, nil
 }
 

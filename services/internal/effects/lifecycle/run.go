@@ -64,7 +64,7 @@ func (ro *runObserver) begin(st *tracked.Status) error {
 	if err := os.MkdirAll(p.cfg.Evidence, 0o700); err != nil {
 		return err
 	}
-	current, shared, _, err := p.ws.Store.SessionPaths(ro.agent, ro.session)
+	current, shared, _, err := p.ws.SessionPaths(ro.agent, ro.session)
 	if err != nil {
 		return err
 	}
@@ -112,7 +112,7 @@ func (ro *runObserver) begin(st *tracked.Status) error {
 func (ro *runObserver) observerDied(err error) {
 	ro.setFault(fmt.Errorf("during the run: %w", err))
 	ro.fence()
-	_ = ro.p.ws.Runs.Kill(ro.runID)
+	_ = ro.p.ws.AbortRun(ro.agent, ro.session, ro.runID)
 }
 
 func (ro *runObserver) setFault(err error) {
@@ -135,7 +135,7 @@ func (ro *runObserver) fence() {
 	if err := ro.currentFault(); err != nil {
 		reason += ": " + err.Error()
 	}
-	err := ro.p.ws.Fences.Fence(ro.agent, ro.session, reason, ro.dir)
+	err := ro.p.ws.FenceFault(ro.agent, ro.session, reason, ro.dir)
 	e := audit.Entry{Action: rpc.ActionSessionFence, AgentID: ro.agent, SessionID: ro.session, RunID: ro.runID,
 		Outcome: audit.OK, Detail: reason + " (evidence: " + ro.dir + ")"}
 	if err != nil {
@@ -201,7 +201,7 @@ func (ro *runObserver) teardown() error {
 			err := ro.step("scrub", func() error {
 				ctx, cancel := context.WithTimeout(context.Background(), p.cfg.StepTimeout)
 				defer cancel()
-				return scrub.Runtime(ctx, ro.cgroup, p.ws.Runs.TmpDir(ro.runID))
+				return scrub.Runtime(ctx, ro.cgroup, p.ws.RunTmpDir(ro.runID))
 			})
 			if err != nil {
 				return err
@@ -224,7 +224,7 @@ func (ro *runObserver) recover() error {
 	if err != nil {
 		return fmt.Errorf("recovery refused: %w", err)
 	}
-	return p.ws.Store.Handover(func() error {
+	return p.ws.HandoverSession(ro.agent, ro.session, func() error {
 		cmd := exec.Command(prog.Path(), "--root", p.cfg.StoreRoot, "--state", p.cfg.StoreState,
 			"--agent", ro.agent, "--session", ro.session, "--checkpoint", ro.baseline)
 		cmd.Args[0] = RecoverProgram
