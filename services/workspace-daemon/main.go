@@ -106,7 +106,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 				defer c.Close() // its standby observer
 			}
 		}
-		if err := daemon.RegisterWorkspace(router, ws, hook); err != nil {
+		socks, err := daemon.OpenSessionSockets(ctx, cfg, router, log)
+		if err != nil {
+			return err
+		}
+		defer socks.Close()
+		if err := daemon.RegisterWorkspace(router, ws, hook, socks); err != nil {
 			return err
 		}
 		router.SetAudit(ws.Audit)

@@ -62,7 +62,7 @@ func goBuild(tags string) (string, error) {
 
 func TestMain(m *testing.M) {
 	code := m.Run()
-	for _, b := range []func() (string, error){built, builtProcessTree} {
+	for _, b := range []func() (string, error){built, builtProcessTree, builtClient} {
 		if bin, err := b(); err == nil {
 			os.RemoveAll(filepath.Dir(bin))
 		}
@@ -75,6 +75,7 @@ var listening = regexp.MustCompile(`msg=listening .*listener=(\w+) addr=(\S+)`)
 // start runs the daemon and waits until it reports its listeners; stderr goes to t.Logf.
 func start(t testing.TB, bin string, want int, args ...string) (*exec.Cmd, func() error, map[string]string) {
 	t.Helper()
+	args = withSessionSockets(t, args)
 	cmd := exec.Command(bin, args...)
 	stderr, err := cmd.StderrPipe()
 	if err != nil {

@@ -100,7 +100,7 @@ func newLimitsEnv(t *testing.T, root, state, parent string) *limitsEnv {
 	}
 	ws := &workspace.Service{Store: st, Runs: runs, Fences: fences, Policy: policy, Limits: limits}
 	r := NewRouter()
-	if err := errors.Join(RegisterWorkspace(r, ws, nil), RegisterSystemWith(r, system.New(root, "test"), ws)); err != nil {
+	if err := errors.Join(RegisterWorkspace(r, ws, nil, nil), RegisterSystemWith(r, system.New(root, "test"), ws)); err != nil {
 		t.Fatal(err)
 	}
 	return &limitsEnv{state: state, router: r, ws: ws, cfg: cfg}

@@ -55,6 +55,12 @@ func (h workspaceHandlers) processStart(ctx context.Context, c *Call) (any, erro
 	case rp.CheckpointID != "":
 		return nil, rpc.Errorf(rpc.CodeInvalidParams, "params.checkpoint_id", errNoObserver)
 	}
+	if req.Extra, err = h.sessionExtra(req); err != nil {
+		if undo != nil {
+			undo()
+		}
+		return nil, err
+	}
 	st, err := h.w.StartProcess(ctx, req)
 	if err != nil {
 		if undo != nil {

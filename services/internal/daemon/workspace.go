@@ -10,9 +10,10 @@ import (
 )
 
 // RegisterWorkspace registers the agent, session, checkpoint, process and turn actions backed by w.
-// hook, if not nil, takes part in every process.start (the system-effects observer).
-func RegisterWorkspace(r *Router, w *workspace.Service, hook RunHook) error {
-	h := workspaceHandlers{w: w, hook: hook}
+// hook, if not nil, takes part in every process.start (the system-effects observer); socks, if not
+// nil, gives every run its session's socket (and serves session.info, turn.begin and turn.end there).
+func RegisterWorkspace(r *Router, w *workspace.Service, hook RunHook, socks *SessionSockets) error {
+	h := workspaceHandlers{w: w, hook: hook, socks: socks, router: r}
 	return errors.Join(
 		r.Register(rpc.ActionAgentCreate, Action{Handler: h.agentCreate}),
 		r.Register(rpc.ActionAgentGet, Action{Handler: h.agentGet, ReadOnly: true}),
@@ -35,14 +36,17 @@ func RegisterWorkspace(r *Router, w *workspace.Service, hook RunHook) error {
 		r.Register(rpc.ActionProcessKill, Action{Handler: h.processKill}),
 		r.Register(rpc.ActionProcessList, Action{Handler: h.processList, ReadOnly: true}),
 		r.Register(rpc.ActionProcessOutput, Action{Handler: h.processOutput, ReadOnly: true}),
-		r.Register(rpc.ActionTurnBegin, Action{Handler: h.turnBegin}),
-		r.Register(rpc.ActionTurnEnd, Action{Handler: h.turnEnd}),
+		r.Register(rpc.ActionSessionInfo, Action{Handler: h.sessionInfo, Scope: ScopeSession, ReadOnly: true}),
+		r.Register(rpc.ActionTurnBegin, Action{Handler: h.turnBegin, Scope: ScopeControl | ScopeSession}),
+		r.Register(rpc.ActionTurnEnd, Action{Handler: h.turnEnd, Scope: ScopeControl | ScopeSession}),
 	)
 }
 
 type workspaceHandlers struct {
-	w    *workspace.Service
-	hook RunHook
+	w      *workspace.Service
+	hook   RunHook
+	socks  *SessionSockets
+	router *Router
 }
 
 // Params shared by several actions.
