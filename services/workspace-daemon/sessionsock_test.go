@@ -223,3 +223,24 @@ func TestSessionSocketsFlags(t *testing.T) {
 		}
 	}
 }
+
+// TestSessionSocketManaged: a managed run is root outside any sandbox, so nothing is bound for
+// it; ALLOX_SESSION_SOCKET names its session's socket on the guest, and the client reaches it
+// there as its own session.
+func TestSessionSocketManaged(t *testing.T) {
+	root, dir, cg := btrfsRoot(t), socketsDir(t), ownCgroupParent(t)
+	url := daemonOn(t, build(t), root, "--session-sockets", dir, "--cgroup-parent", cg, "--managed-execution")
+	mustPost(t, url, `{"action":"agent.create","params":{"agent_id":"a"}}`)
+	mustPost(t, url, `{"action":"session.create","params":{"agent_id":"a","session_id":"m"}}`)
+	var r rpc.Run
+	must(t, json.Unmarshal(mustPost(t, url, `{"action":"process.start","params":{"agent_id":"a","session_id":"m","managed":true,`+
+		`"env":{"CLIENT":`+quote(client(t))+`},"argv":["/bin/sh","-c","echo $ALLOX_SESSION_SOCKET; test -e /run/allox/session.sock || \"$CLIENT\" session info"]}}`), &r))
+	must(t, json.Unmarshal(mustPost(t, url, `{"action":"process.wait","params":{"run_id":"`+r.RunID+`"}}`), &r))
+	var out rpc.Output
+	must(t, json.Unmarshal(mustPost(t, url, `{"action":"process.output","params":{"run_id":"`+r.RunID+`"}}`), &out))
+	sock, info, _ := strings.Cut(out.Data, "\n")
+	var si rpc.SessionInfo
+	if !exited0(r) || !strings.HasPrefix(sock, dir+"/") || json.Unmarshal([]byte(info), &si) != nil || si.SessionID != "m" {
+		t.Errorf("managed run: %+v, stdout %q; want the guest path of its socket in %s and its session's info", r, out.Data, dir)
+	}
+}
