@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"strings"
 )
@@ -25,6 +26,20 @@ func NewClient(baseURL, token string, httpClient *http.Client) *Client {
 		httpClient = http.DefaultClient
 	}
 	return &Client{endpoint: strings.TrimRight(baseURL, "/") + Path, token: token, http: httpClient}
+}
+
+// NewUnixClient returns a client for the daemon's endpoint on the AF_UNIX socket at path (a
+// session's own socket, /run/allox/session.sock inside its runs). It carries no token: the
+// socket that accepts the connection is the caller's identity.
+func NewUnixClient(path string) *Client {
+	var d net.Dialer
+	tr := &http.Transport{
+		DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+			return d.DialContext(ctx, "unix", path)
+		},
+		DisableCompression: true,
+	}
+	return NewClient("http://session", "", &http.Client{Transport: tr})
 }
 
 // Call runs action with params (nil sends none) and decodes the result into result (nil discards

@@ -5,8 +5,11 @@ import (
 	"encoding/json"
 	"errors"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -107,5 +110,32 @@ func TestClientErrors(t *testing.T) {
 	cancel()
 	if err := c.Call(canceled, "a.b", nil, nil); !errors.Is(err, context.Canceled) {
 		t.Errorf("Call with a cancelled context = %v, want context.Canceled", err)
+	}
+}
+
+func TestUnixClient(t *testing.T) {
+	dir, err := os.MkdirTemp("", "rpc")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	ln, err := net.Listen("unix", filepath.Join(dir, "s.sock"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := echo(t, "")
+	defer srv.Close()
+	go http.Serve(ln, srv.Config.Handler)
+	defer ln.Close()
+	c := NewUnixClient(filepath.Join(dir, "s.sock"))
+	var got map[string]string
+	if err := c.Call(t.Context(), "echo.run", map[string]string{"k": "v"}, &got); err != nil {
+		t.Fatal(err)
+	}
+	if diff := cmp.Diff(map[string]string{"k": "v"}, got); diff != "" {
+		t.Errorf("result (-want +got):\n%s", diff)
+	}
+	if err := NewUnixClient(filepath.Join(dir, "none.sock")).Call(t.Context(), "echo.run", nil, nil); err == nil || !strings.Contains(err.Error(), "none.sock") {
+		t.Errorf("call to a missing socket = %v, want an error naming it", err)
 	}
 }

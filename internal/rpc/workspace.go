@@ -38,6 +38,10 @@ const (
 	ActionProcessTree   = "process.tree"
 	ActionProcessEvents = "process.events"
 
+	// ActionSessionInfo is served only on a session's own socket: the caller's session as its
+	// runs need it.
+	ActionSessionInfo = "session.info"
+
 	ActionTurnBegin = "turn.begin"
 	ActionTurnEnd   = "turn.end"
 
@@ -95,6 +99,25 @@ type Session struct {
 	// Quarantine is set when the store could not finish the session's recovery: every operation
 	// on it but session.delete fails with the code "quarantined".
 	Quarantine *Quarantine `json:"quarantine,omitempty"`
+}
+
+// SessionInfo is session.info's result: the calling session, as its runs see it.
+type SessionInfo struct {
+	AgentID   string `json:"agent_id"`
+	SessionID string `json:"session_id"`
+	// Current is the session's workspace (a run's HOME and default cwd), AgentWorkspace the
+	// agent's workspace and Shared its shared/ (read-only in runs), at the paths runs see them.
+	Current        string `json:"current"`
+	AgentWorkspace string `json:"agent_workspace"`
+	Shared         string `json:"shared"`
+	// Head is the checkpoint current/ was last taken at or restored from.
+	Head string `json:"head,omitempty"`
+	// TurnCheckpoints says whether turn.end with success checkpoints the session.
+	TurnCheckpoints bool   `json:"turn_checkpoints"`
+	Fenced          *Fence `json:"fenced,omitempty"`
+	// Socket is where the session's runs reach the daemon; Actions what it serves there.
+	Socket  string   `json:"socket"`
+	Actions []string `json:"actions"`
 }
 
 // Quarantine says why the store quarantined a session and since when.

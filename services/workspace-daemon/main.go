@@ -104,7 +104,12 @@ func serve(ctx context.Context, cfg daemon.Config, known []plugin.Plugin, stderr
 		return err
 	}
 	if ws != nil {
-		if err := daemon.RegisterWorkspace(router, ws, plugins); err != nil {
+		socks, err := daemon.OpenSessionSockets(ctx, cfg, router, log)
+		if err != nil {
+			return err
+		}
+		defer socks.Close()
+		if err := daemon.RegisterWorkspace(router, ws, plugins, socks); err != nil {
 			return err
 		}
 		router.SetAudit(ws.AuditLog())
@@ -229,7 +234,7 @@ func quarantined(ws *workspace.Service) func() []system.Quarantined {
 }
 
 // coreRunEnv are the variables the core sets in every run, which no plugin may contribute.
-var coreRunEnv = []string{"HOME", "PATH", "TMPDIR", "ALLOX_AGENT_WORKSPACE", "ALLOX_AGENT_SHARED"}
+var coreRunEnv = []string{"HOME", "PATH", "TMPDIR", "ALLOX_AGENT_WORKSPACE", "ALLOX_AGENT_SHARED", daemon.SessionSocketEnv}
 
 // coreMounts are the places of a run's sandbox that are the core's: no plugin mount may be one of
 // them or nest with one.

@@ -66,7 +66,7 @@ func goBuild(tags string) (string, error) {
 
 func TestMain(m *testing.M) {
 	code := m.Run()
-	for _, b := range []func() (string, error){built, builtProcessTree} {
+	for _, b := range []func() (string, error){built, builtProcessTree, builtClient} {
 		if bin, err := b(); err == nil {
 			os.RemoveAll(filepath.Dir(bin))
 		}
@@ -111,6 +111,7 @@ func start(t testing.TB, bin string, want int, args ...string) (*exec.Cmd, func(
 	if !slices.Contains(args, "--cgroup-parent") {
 		args = append(args, "--cgroup-parent", testCgroupParent(t))
 	}
+	args = withSessionSockets(t, args)
 	cmd := exec.Command(bin, args...)
 	stderr, err := cmd.StderrPipe()
 	if err != nil {

@@ -112,8 +112,8 @@ func inProcess(t testing.TB, root string, known []plugin.Plugin) (loop, host str
 	tokenFile := filepath.Join(t.TempDir(), "token")
 	token = "probe-token-0123456789"
 	must(t, os.WriteFile(tokenFile, []byte(token), 0o600))
-	cfg, err := daemon.ParseFlags([]string{"--root", root, "--listen", "127.0.0.1:0", "--listen-host", "127.0.0.1:0",
-		"--token-file", tokenFile, "--cgroup-parent", testCgroupParent(t, root)}, io.Discard)
+	cfg, err := daemon.ParseFlags(withSessionSockets(t, []string{"--root", root, "--listen", "127.0.0.1:0", "--listen-host", "127.0.0.1:0",
+		"--token-file", tokenFile, "--cgroup-parent", testCgroupParent(t, root)}), io.Discard)
 	must(t, err)
 	pr, pw := io.Pipe()
 	addrs := make(chan [2]string, 2)
@@ -175,7 +175,8 @@ func TestPluginContributionsInARealRun(t *testing.T) {
 	loop, host, token, stop := inProcess(t, root, []plugin.Plugin{e.probe(t, "probe-a"), e.probe(t, "probe-b")})
 	mustPost(t, loop, `{"action":"agent.create","params":{"agent_id":"a"}}`)
 	mustPost(t, loop, `{"action":"session.create","params":{"agent_id":"a","session_id":"s"}}`)
-	script := `echo "$ALLOX_PROBE_A $ALLOX_PROBE_B"; cat /run/probe-a/hello /run/probe-b/hello; touch /run/probe-a/x 2>/dev/null && echo writable || echo read-only`
+	script := `echo "$ALLOX_PROBE_A $ALLOX_PROBE_B"; cat /run/probe-a/hello /run/probe-b/hello; touch /run/probe-a/x 2>/dev/null && echo writable || echo read-only
+/run/allox/bin/allox call probe_a.session; /run/allox/bin/allox call probe_a.control 2>&1 | grep -c forbidden; /run/allox/bin/allox call probe_a.host 2>&1 | grep -c forbidden`
 	var r rpc.Run
 	must(t, json.Unmarshal(mustPost(t, loop, `{"action":"process.start","params":{"agent_id":"a","session_id":"s","argv":["/bin/sh","-c",`+quote(script)+`]}}`), &r))
 	must(t, json.Unmarshal(mustPost(t, loop, `{"action":"process.wait","params":{"run_id":"`+r.RunID+`"}}`), &r))
@@ -184,8 +185,16 @@ func TestPluginContributionsInARealRun(t *testing.T) {
 	if !exited0(r) {
 		t.Fatalf("run = %+v, stdout %q", r, out.Data)
 	}
-	if want := "on on\nmounted by probe-a\nmounted by probe-b\nread-only\n"; out.Data != want {
-		t.Errorf("stdout = %q, want %q (env and mounts of both plugins)", out.Data, want)
+	lines := strings.SplitN(out.Data, "\n", 5)
+	if want := "on on\nmounted by probe-a\nmounted by probe-b\nread-only\n"; strings.Join(lines[:4], "\n")+"\n" != want {
+		t.Errorf("stdout = %q, want it to begin %q (env and mounts of both plugins)", out.Data, want)
+	}
+	// On the session socket: the session-scoped action answers, the control and host ones are
+	// refused (one "forbidden" line each).
+	var onSocket map[string]string
+	if len(lines) < 5 || json.Unmarshal([]byte(lines[4][:strings.LastIndex(lines[4], "}")+1]), &onSocket) != nil ||
+		onSocket["origin"] != "session" || !strings.HasSuffix(lines[4], "\n1\n1\n") {
+		t.Errorf("session socket calls printed %q, want probe_a.session served (origin session) and the other two forbidden", out.Data)
 	}
 	order, err := os.ReadFile(filepath.Join(e.dir, "marks", "order"))
 	must(t, err)

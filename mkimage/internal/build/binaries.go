@@ -35,6 +35,11 @@ func buildBinaries(ctx context.Context, s *state) error {
 		}
 		targets = append(targets, pluginTargets(svc.Plugins)...)
 	}
+	if hasDaemon(s.opt.Spec.Services) {
+		for _, prog := range spec.DaemonPrograms {
+			targets = append(targets, target{Binary: rootfs.Binary{Path: prog.Path, Source: prog.Package}})
+		}
+	}
 	var pins []string
 	binDir := filepath.Join(s.work, "bin")
 	for _, t := range targets {
@@ -65,9 +70,37 @@ func buildBinaries(ctx context.Context, s *state) error {
 			}
 		}
 	}
+	if err := addDaemonFiles(s); err != nil {
+		return err
+	}
 	if len(pins) > 0 {
 		slices.Sort(pins)
 		s.files = append(s.files, rootfs.File{Path: spec.PinFile, Data: []byte(strings.Join(pins, ""))})
+	}
+	return nil
+}
+
+// hasDaemon reports whether the image has the workspace daemon, which comes with its client.
+func hasDaemon(svcs []spec.Service) bool {
+	return slices.ContainsFunc(svcs, func(svc spec.Service) bool { return svc.Build == spec.DaemonPackage })
+}
+
+// addDaemonFiles installs spec.DaemonFiles (read from the module) when the image has the daemon,
+// each an input of the provenance.
+func addDaemonFiles(s *state) error {
+	if !hasDaemon(s.opt.Spec.Services) {
+		return nil
+	}
+	for _, p := range slices.Sorted(maps.Keys(spec.DaemonFiles)) {
+		src := filepath.Join(s.opt.ModuleRoot, spec.DaemonFiles[p])
+		data, err := os.ReadFile(src)
+		if err != nil {
+			return fmt.Errorf("daemon file %s: %w", p, err)
+		}
+		if err := s.prov.addInput("daemon-file", p, spec.DaemonFiles[p], src); err != nil {
+			return err
+		}
+		s.files = append(s.files, rootfs.File{Path: p, Data: data})
 	}
 	return nil
 }

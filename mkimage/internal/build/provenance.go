@@ -49,7 +49,7 @@ type KernelSource struct {
 
 // Input is one thing the build read.
 type Input struct {
-	Kind   string `json:"kind"` // spec, fragment, patch, allowlist, kernel-source, debian-userland, go-binary, kata-agent-binary, kata-agent-from_image
+	Kind   string `json:"kind"` // spec, fragment, patch, allowlist, kernel-source, debian-userland, go-binary, daemon-file, kata-agent-binary, kata-agent-from_image
 	Name   string `json:"name"`
 	Detail string `json:"detail,omitempty"`
 	SHA256 string `json:"sha256"`

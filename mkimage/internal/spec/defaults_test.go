@@ -184,3 +184,18 @@ func TestSystemEffectsSpec(t *testing.T) {
 		t.Errorf("system-effects.hcl drifted from images/allox.hcl beyond the observer (-default +system-effects):\n%s", diff)
 	}
 }
+
+// The appliance of the guest's session client test is the default one with python3-minimal in
+// the userland (for the python shims): nothing else may differ.
+func TestPythonSpec(t *testing.T) {
+	def, py := loadAppliances(t, "python.hcl")
+	checkPluginAppliance(t, def, py, "python.hcl", nil, nil)
+	if got := py.Rootfs.Packages; len(got) == 0 || got[len(got)-1] != "python3-minimal" {
+		t.Errorf("python.hcl rootfs packages %q must end with python3-minimal", got)
+	} else {
+		py.Rootfs.Packages = got[:len(got)-1]
+	}
+	if diff := cmp.Diff(def, py); diff != "" {
+		t.Errorf("python.hcl drifted from images/allox.hcl beyond python3-minimal (-default +python):\n%s", diff)
+	}
+}

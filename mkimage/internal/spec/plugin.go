@@ -60,6 +60,18 @@ var PluginPrograms = map[string][]PluginProgram{
 	},
 }
 
+// DaemonPrograms are installed with every service built from DaemonPackage: the client of the
+// sessions' own sockets, which the daemon binds into every sandboxed run (its --client default).
+var DaemonPrograms = []PluginProgram{{Path: LibexecDir + "/allox", Package: "./services/allox"}}
+
+// DaemonFiles are data files installed with every service built from DaemonPackage, image path →
+// source file relative to the module root: the python shims over the client, which the daemon
+// binds at /run/allox/<name> in every sandboxed run (they must sit beside the client).
+var DaemonFiles = map[string]string{
+	LibexecDir + "/network.py": "services/allox/network.py",
+	LibexecDir + "/share.py":   "services/allox/share.py",
+}
+
 // PluginTag is the Go build tag that links plugin name into a service: "allox_" followed by the
 // name with '-' replaced by '_' ("process-tree" → "allox_process_tree").
 func PluginTag(name string) string {

@@ -21,6 +21,9 @@ func auditEntry(c *Call, res any, err error) audit.Entry {
 	_ = json.Unmarshal(c.Params, &ids)
 	e := audit.Entry{Action: c.Action, AgentID: ids.AgentID, SessionID: ids.SessionID, CheckpointID: ids.CheckpointID,
 		RunID: ids.RunID, TurnID: ids.TurnID, Origin: c.Origin.String(), Outcome: audit.OK, Detail: ids.Reason}
+	if c.Caller != nil { // a session socket's call is about its caller, whatever it named
+		e.AgentID, e.SessionID = c.Caller.AgentID, c.Caller.SessionID
+	}
 	if r, ok := res.(rpc.Run); ok && e.RunID == "" {
 		e.RunID = r.RunID
 	}

@@ -90,6 +90,10 @@ type Config struct {
 	// leave free for the daemon's state. Any of them turns Btrfs simple quotas on. The image
 	// spec's sandbox block renders them.
 	SessionQuota, AgentQuota, MaxSessionQuota, StoreReserve int64
+	// SessionSockets is the directory of the sessions' own sockets (see SessionSockets), outside
+	// every workspace; Client the allox client bound into every sandboxed run with the python
+	// shims beside it ("" binds none).
+	SessionSockets, Client string
 }
 
 // QuotasOn reports whether the store's space limits are on.
@@ -101,6 +105,13 @@ func (c Config) QuotasOn() bool {
 const (
 	DefaultObserverLibexec = "/usr/libexec/allox"
 	DefaultObserverPins    = DefaultObserverLibexec + "/system-effects.sha256"
+)
+
+// DefaultSessionSockets is the default --session-sockets; DefaultClient, where mkimage installs
+// the client (with share.py and network.py beside it), the default --client.
+const (
+	DefaultSessionSockets = "/run/allox/sessions"
+	DefaultClient         = DefaultObserverLibexec + "/allox"
 )
 
 // ProviderEBPF is the --process-tree-provider value of the eBPF provider.
@@ -159,6 +170,8 @@ func ParseFlags(args []string, stderr io.Writer) (Config, error) {
 	fset.Func("agent-quota", "every agent's space `limit` on the store (all its sessions), e.g. 32GiB; turns Btrfs simple quotas on", sizeFlag(&c.AgentQuota))
 	fset.Func("max-session-quota", "the largest `size` session.create's quota may ask for, e.g. 64GiB (default: --session-quota)", sizeFlag(&c.MaxSessionQuota))
 	fset.Func("store-reserve", "`size` all agents together leave free on the store for the daemon's state, e.g. 256MiB; turns Btrfs simple quotas on", sizeFlag(&c.StoreReserve))
+	fset.StringVar(&c.SessionSockets, "session-sockets", DefaultSessionSockets, "`directory` of the sessions' own sockets, outside every workspace (the daemon makes it 0711 and clears it at start)")
+	fset.StringVar(&c.Client, "client", DefaultClient, "the allox client `program` bound at "+ClientTarget+" in every sandboxed run, with share.py and network.py beside it (\"\": bind none)")
 	if err := fset.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return c, err
@@ -227,6 +240,9 @@ func (c Config) Validate() error {
 		errs = append(errs, errors.New("--observer-scope needs --observer: add --observer or drop the scope"))
 	}
 	errs = append(errs, c.validateLimits()...)
+	if !c.SystemOnly {
+		errs = append(errs, c.validateSessionSockets()...)
+	}
 	if err := errors.Join(errs...); err != nil {
 		return usageError{err}
 	}
@@ -299,6 +315,25 @@ func (c Config) validateLimits() []error {
 	}
 	if c.RunsMemoryReserve < 0 {
 		errs = append(errs, fmt.Errorf("--runs-memory-reserve %d is negative: give a size such as 192MiB, or 0 for no reserve", c.RunsMemoryReserve))
+	}
+	return errs
+}
+
+// validateSessionSockets checks --session-sockets and --client as paths (OpenSessionSockets
+// checks what is on disk).
+func (c Config) validateSessionSockets() []error {
+	var errs []error
+	switch d := c.SessionSockets; {
+	case d == "":
+		errs = append(errs, fmt.Errorf("--session-sockets is required: name the directory of the sessions' sockets, e.g. --session-sockets %s", DefaultSessionSockets))
+	case !filepath.IsAbs(d):
+		errs = append(errs, fmt.Errorf("--session-sockets %s: use an absolute path, e.g. %s", d, DefaultSessionSockets))
+	case len(filepath.Clean(d))+1+socketNameLen > maxSocketPath:
+		errs = append(errs, fmt.Errorf("--session-sockets %s is %d bytes long: AF_UNIX paths hold at most %d bytes, so use a directory of at most %d bytes, e.g. %s",
+			d, len(d), maxSocketPath, maxSocketPath-1-socketNameLen, DefaultSessionSockets))
+	}
+	if c.Client != "" && !filepath.IsAbs(c.Client) {
+		errs = append(errs, fmt.Errorf("--client %s: use an absolute path, or --client \"\" to bind no client", c.Client))
 	}
 	return errs
 }

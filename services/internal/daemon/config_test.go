@@ -22,7 +22,8 @@ func TestParseFlags(t *testing.T) {
 	want := Config{Root: root, Listen: DefaultListen, ListenHost: "0.0.0.0:8093", TokenFile: "/run/allox/rpc-token",
 		State: filepath.Join(root, ".allox-state"), Bwrap: "bwrap", CgroupParent: "allox",
 		ObserverLibexec: DefaultObserverLibexec, ObserverPins: DefaultObserverPins, RunUID: 2000, RunGID: 2000,
-		RunRecords: tracked.Retention{MaxRuns: 200, MaxAge: 168 * time.Hour, MaxBytes: 256 << 20}}
+		RunRecords:     tracked.Retention{MaxRuns: 200, MaxAge: 168 * time.Hour, MaxBytes: 256 << 20},
+		SessionSockets: DefaultSessionSockets, Client: DefaultClient}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("ParseFlags mismatch (-want +got):\n%s", diff)
 	}
@@ -62,6 +63,10 @@ func TestParseFlagsErrors(t *testing.T) {
 		{"negative run records age", []string{"--root", root, "--run-records-max-age", "-1h"}, "--run-records-max-age -1h0m0s"},
 		{"bad run records size", []string{"--root", root, "--run-records-max-bytes", "lots"}, `flag -run-records-max-bytes: "lots" is not a size`},
 		{"negative run records size", []string{"--root", root, "--run-records-max-bytes", "-1"}, "is not a size"},
+		{"relative session sockets", []string{"--root", root, "--session-sockets", "run/s"}, "--session-sockets run/s: use an absolute path"},
+		{"no session sockets", []string{"--root", root, "--session-sockets", ""}, "--session-sockets is required"},
+		{"long session sockets", []string{"--root", root, "--session-sockets", "/" + strings.Repeat("d", 80)}, "AF_UNIX paths"},
+		{"relative client", []string{"--root", root, "--client", "allox"}, `--client allox: use an absolute path, or --client "" to bind no client`},
 	} {
 		t.Run(tt.name, func(t *testing.T) {
 			_, err := ParseFlags(tt.args, io.Discard)

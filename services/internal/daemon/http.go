@@ -14,7 +14,8 @@ import (
 type endpoint struct {
 	router *Router
 	origin Origin
-	auth   *bearer // nil on the loopback listener
+	caller *SessionRef // the session of a session socket, else nil
+	auth   *bearer     // nil on the loopback listener
 	log    *slog.Logger
 }
 
@@ -33,12 +34,15 @@ func NewHandler(router *Router, origin Origin, token string, log *slog.Logger) h
 
 func (e *endpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
-	c := &Call{Origin: e.origin}
+	c := &Call{Origin: e.origin, Caller: e.caller}
 	result, err := e.handle(w, r, c)
 	status, rerr := writeResponse(w, result, err)
 	level, attrs := slog.LevelInfo, []slog.Attr{
 		slog.String("action", c.Action), slog.String("origin", e.origin.String()),
 		slog.Int("status", status), slog.Duration("elapsed", time.Since(start)),
+	}
+	if e.caller != nil {
+		attrs = append(attrs, slog.String("agent_id", e.caller.AgentID), slog.String("session_id", e.caller.SessionID))
 	}
 	if rerr != nil {
 		level = slog.LevelWarn

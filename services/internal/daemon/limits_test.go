@@ -102,7 +102,7 @@ func newLimitsEnv(t *testing.T, root, state, parent string) *limitsEnv {
 	}
 	ws := workspace.New(workspace.Deps{Store: st, Runs: runs, Fences: fences, Policy: policy, Limits: limits})
 	r := NewRouter()
-	if err := errors.Join(RegisterWorkspace(r, ws, nil), RegisterSystemWith(r, system.New(root, "test"), ws, nil)); err != nil {
+	if err := errors.Join(RegisterWorkspace(r, ws, nil, nil), RegisterSystemWith(r, system.New(root, "test"), ws, nil)); err != nil {
 		t.Fatal(err)
 	}
 	return &limitsEnv{state: state, router: r, ws: ws, store: st, limits: limits, cfg: cfg}

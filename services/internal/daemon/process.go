@@ -67,6 +67,12 @@ func (h workspaceHandlers) processStart(ctx context.Context, c *Call) (any, erro
 			return nil, err
 		}
 	}
+	if req.Extra, err = h.sessionExtra(req); err != nil {
+		if undo != nil {
+			undo()
+		}
+		return nil, err
+	}
 	st, err := h.w.StartProcess(ctx, req)
 	if err != nil {
 		undo()

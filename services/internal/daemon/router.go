@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"maps"
@@ -104,12 +105,71 @@ func (r *Router) Dispatch(ctx context.Context, c *Call) (any, error) {
 
 func (r *Router) dispatch(ctx context.Context, a Action, ok bool, c *Call) (any, error) {
 	if !ok {
-		known := r.Actions()
+		known := r.ActionsOn(c.Origin)
 		return nil, &rpc.Error{Code: rpc.CodeUnknownAction, Field: "action", Choices: known,
 			Message: fmt.Sprintf("unknown action %q: use one of %s", c.Action, strings.Join(known, ", "))}
 	}
 	if !a.Scope.Serves(c.Origin) {
 		return nil, rpc.Errorf(rpc.CodeForbidden, "action", "%s is not served on the %s listener: %s", c.Action, c.Origin, a.Scope.Where())
 	}
+	if c.Origin == Session {
+		if err := bindCaller(c); err != nil {
+			return nil, err
+		}
+	}
 	return a.Handler(ctx, c)
+}
+
+// ActionsOn returns the names of the actions served on the listener o, sorted. A session socket
+// lists only its own actions: what else the daemon serves is none of a session's business.
+func (r *Router) ActionsOn(o Origin) []string {
+	if o != Session {
+		return r.Actions()
+	}
+	r.mu.RLock()
+	defer r.mu.RUnlock()
+	var out []string
+	for name, a := range r.actions {
+		if a.Scope.Serves(o) {
+			out = append(out, name)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// bindCaller makes a session socket's call about its caller, in one place for the core's actions
+// and the plugins' alike: the params' agent_id and session_id are set to the caller's when left
+// out, and a call naming another agent or session is refused (CodeForbidden, naming the field).
+// So every action served on ScopeSession takes agent_id and session_id and gets the caller's.
+// The handler sees the params re-encoded from what was checked (a key given twice never
+// reaches it with a second value).
+func bindCaller(c *Call) error {
+	if c.Caller == nil {
+		return errors.New("BUG: a session socket call without its caller")
+	}
+	var p map[string]json.RawMessage
+	if err := json.Unmarshal(c.Params, &p); err != nil {
+		return rpc.Errorf(rpc.CodeInvalidParams, "params", "params must be a JSON object: %v", err)
+	}
+	if p == nil {
+		p = map[string]json.RawMessage{}
+	}
+	for _, f := range []struct{ key, kind, own string }{
+		{"agent_id", "agent", c.Caller.AgentID}, {"session_id", "session", c.Caller.SessionID},
+	} {
+		raw, given := p[f.key]
+		if !given {
+			p[f.key], _ = json.Marshal(f.own)
+			continue
+		}
+		if got := ""; json.Unmarshal(raw, &got) != nil || got != f.own {
+			return rpc.Errorf(rpc.CodeForbidden, "params."+f.key,
+				"params.%s %.64s is not this socket's %s: a session socket serves only its own session (%s/%s); leave %s out",
+				f.key, raw, f.kind, c.Caller.AgentID, c.Caller.SessionID, f.key)
+		}
+	}
+	var err error
+	c.Params, err = json.Marshal(p)
+	return err
 }

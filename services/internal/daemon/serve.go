@@ -94,16 +94,7 @@ type listener struct {
 }
 
 func (l *listener) setup(ctx context.Context, router *Router, log *slog.Logger) {
-	l.srv = &http.Server{
-		Handler:           NewHandler(router, l.origin, l.token, log),
-		ReadHeaderTimeout: 10 * time.Second,
-		ReadTimeout:       60 * time.Second,
-		IdleTimeout:       2 * time.Minute,
-		MaxHeaderBytes:    64 << 10,
-		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
-		// Calls in flight finish when shutdown starts rather than being cancelled.
-		BaseContext: func(net.Listener) context.Context { return context.WithoutCancel(ctx) },
-	}
+	l.srv = newServer(ctx, NewHandler(router, l.origin, l.token, log), log)
 	log.LogAttrs(ctx, slog.LevelInfo, "listening", slog.String("listener", l.origin.String()),
 		slog.String("addr", l.ln.Addr().String()), slog.Bool("authenticated", l.token != ""))
 }
@@ -120,5 +111,19 @@ func closeAll(ls []*listener) {
 		if l.ln != nil {
 			l.ln.Close()
 		}
+	}
+}
+
+// newServer is the HTTP server of every listener, the session sockets' too.
+func newServer(ctx context.Context, h http.Handler, log *slog.Logger) *http.Server {
+	return &http.Server{
+		Handler:           h,
+		ReadHeaderTimeout: 10 * time.Second,
+		ReadTimeout:       60 * time.Second,
+		IdleTimeout:       2 * time.Minute,
+		MaxHeaderBytes:    64 << 10,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+		// Calls in flight finish when shutdown starts rather than being cancelled.
+		BaseContext: func(net.Listener) context.Context { return context.WithoutCancel(ctx) },
 	}
 }

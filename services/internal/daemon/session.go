@@ -9,6 +9,7 @@ import (
 	"github.com/allox-os/allox/internal/limit"
 	"github.com/allox-os/allox/internal/rpc"
 	"github.com/allox-os/allox/services/internal/store"
+	"github.com/allox-os/allox/services/internal/tracked"
 	"github.com/allox-os/allox/services/internal/workspace"
 )
 
@@ -74,7 +75,13 @@ func (h workspaceHandlers) sessionDelete(_ context.Context, c *Call) (any, error
 	if err := rpc.DecodeParams(c.Params, &p); err != nil {
 		return nil, err
 	}
-	return struct{}{}, h.w.DeleteSession(p.AgentID, p.SessionID)
+	if err := h.w.DeleteSession(p.AgentID, p.SessionID); err != nil {
+		return nil, err
+	}
+	// The session is gone: a socket that cannot be removed is the daemon's leftover, cleared
+	// at its next start, not the caller's failure.
+	_ = h.socks.Remove(p.AgentID, p.SessionID)
+	return struct{}{}, nil
 }
 
 func (h workspaceHandlers) sessionRollback(ctx context.Context, c *Call) (any, error) {
@@ -183,4 +190,50 @@ func limitsParam(raw json.RawMessage) (limit.Set, error) {
 	}
 	s.MemorySwapMax = p.MemorySwapMax
 	return s, nil
+}
+
+// sessionInfo is the caller's session (session socket only; the router has bound the ids to
+// the caller's).
+func (h workspaceHandlers) sessionInfo(_ context.Context, c *Call) (any, error) {
+	var p sessionParams
+	if err := rpc.DecodeParams(c.Params, &p); err != nil {
+		return nil, err
+	}
+	s, err := h.w.GetSession(p.AgentID, p.SessionID)
+	if err != nil {
+		return nil, err
+	}
+	a, err := h.w.GetAgent(p.AgentID)
+	if err != nil {
+		return nil, err
+	}
+	sess := h.session(s)
+	return rpc.SessionInfo{AgentID: s.AgentID, SessionID: s.ID, Current: s.Current, AgentWorkspace: a.Workspace,
+		Shared: a.Shared, Head: s.Head, TurnCheckpoints: sess.TurnCheckpoints, Fenced: sess.Fenced,
+		Socket: SessionSocketTarget, Actions: h.router.ActionsOn(Session)}, nil
+}
+
+// sessionExtra adds the session's socket, the client and the shims to a run of an existing
+// session (SessionSockets.Extra). A socket made for a session deleted meanwhile is the daemon's
+// leftover until its next start; the run itself fails in StartProcess.
+func (h workspaceHandlers) sessionExtra(req tracked.StartRequest) (tracked.Extra, error) {
+	x := req.Extra
+	if h.socks == nil {
+		return x, nil
+	}
+	if _, err := h.w.GetSession(req.AgentID, req.SessionID); err != nil {
+		return x, err
+	}
+	own, err := h.socks.Extra(req.AgentID, req.SessionID, req.Managed)
+	if err != nil {
+		return x, err
+	}
+	if x.Env == nil && len(own.Env) > 0 {
+		x.Env = map[string]string{}
+	}
+	for k, v := range own.Env {
+		x.Env[k] = v
+	}
+	x.Mounts = append(x.Mounts, own.Mounts...)
+	return x, nil
 }

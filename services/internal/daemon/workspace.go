@@ -11,9 +11,11 @@ import (
 )
 
 // RegisterWorkspace registers the agent, session, checkpoint, process and turn actions backed by w.
-// plugins, if not nil, are the open plugins: they take part in every process.start.
-func RegisterWorkspace(r *Router, w *workspace.Service, plugins *plugin.Loaded) error {
-	h := workspaceHandlers{w: w, plugins: plugins}
+// plugins, if not nil, are the open plugins: they take part in every process.start; socks, if
+// not nil, gives every run its session's socket (and serves session.info, turn.begin and turn.end
+// there).
+func RegisterWorkspace(r *Router, w *workspace.Service, plugins *plugin.Loaded, socks *SessionSockets) error {
+	h := workspaceHandlers{w: w, plugins: plugins, socks: socks, router: r}
 	return errors.Join(
 		r.Register(rpc.ActionAgentCreate, Action{Handler: h.agentCreate}),
 		r.Register(rpc.ActionAgentGet, Action{Handler: h.agentGet, ReadOnly: true}),
@@ -36,14 +38,17 @@ func RegisterWorkspace(r *Router, w *workspace.Service, plugins *plugin.Loaded) 
 		r.Register(rpc.ActionProcessKill, Action{Handler: h.processKill}),
 		r.Register(rpc.ActionProcessList, Action{Handler: h.processList, ReadOnly: true}),
 		r.Register(rpc.ActionProcessOutput, Action{Handler: h.processOutput, ReadOnly: true}),
-		r.Register(rpc.ActionTurnBegin, Action{Handler: h.turnBegin}),
-		r.Register(rpc.ActionTurnEnd, Action{Handler: h.turnEnd}),
+		r.Register(rpc.ActionSessionInfo, Action{Handler: h.sessionInfo, Scope: ScopeSession, ReadOnly: true}),
+		r.Register(rpc.ActionTurnBegin, Action{Handler: h.turnBegin, Scope: ScopeControl | ScopeSession}),
+		r.Register(rpc.ActionTurnEnd, Action{Handler: h.turnEnd, Scope: ScopeControl | ScopeSession}),
 	)
 }
 
 type workspaceHandlers struct {
 	w       *workspace.Service
 	plugins *plugin.Loaded // nil: none
+	socks   *SessionSockets
+	router  *Router
 }
 
 // Params shared by several actions.

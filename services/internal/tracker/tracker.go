@@ -97,9 +97,9 @@ type Page struct {
 // Tracker answers process.tree and process.events. The zero value is not
 // usable; use New or NewEBPF.
 type Tracker struct {
-	runs  Runs
-	proc  string    // procfs mount, "/proc"
-	ebpf  *ebpfSource
+	runs Runs
+	proc string // procfs mount, "/proc"
+	ebpf *ebpfSource
 }
 
 // Runs are what the tracker reads of the daemon's runs (the workspace service is one).

@@ -137,4 +137,3 @@ func (s *Service) RunLimits() limit.Set { return s.runs.RunLimits() }
 
 // RunsMemoryMax is the memory.max of the runs' parent group.
 func (s *Service) RunsMemoryMax() string { return s.runs.RunsMemoryMax() }
-

@@ -1,5 +1,6 @@
 // Package lifecycle runs managed executions under the system-effects observer: it is the daemon's
-// side of the plugin (a daemon.RunHook plus the host-only observer.abort action).
+// side of the plugin (Plugin API v1: its run hooks, its process.start params and the host-only
+// observer.abort action).
 //
 // For every process.start, before the agent really starts:
 //   - protocol 3 only (recovery requested): the session must be free of other runs, and a baseline

@@ -1,0 +1,46 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+
+	"github.com/allox-os/allox/internal/rpc"
+)
+
+// plugin is a daemon plugin whose actions the client has subcommands for. Until a plugin gives
+// its subcommands typed arguments, "allox NAME SUB ARGS..." calls the action NAME.SUB with
+// {"args": [ARGS...]}; when the daemon does not know the action, the plugin is not enabled, and
+// the client says how it is enabled.
+type plugin struct {
+	name   string // the subcommand and the actions' domain, e.g. "share"
+	title  string // what it is, e.g. "session share"
+	enable string // the daemon's flag that enables it
+	subs   string // its subcommands, for usage
+}
+
+// plugins are the daemon's plugins the client knows.
+var plugins = []plugin{
+	{name: "share", title: "session share", enable: "--share-tools", subs: "status|enable|disable|read|write ..."},
+	{name: "network", title: "session network", enable: "--session-network isolated|proxy", subs: "connect HOST PORT"},
+	{name: "monitor", title: "monitor", enable: "--monitor-root DIR", subs: "..."},
+}
+
+func (p plugin) command() command {
+	return command{name: p.name, usage: p.name + " " + p.subs, run: p.run}
+}
+
+func (p plugin) run(ctx context.Context, c *caller, args []string, _ io.Reader) error {
+	if len(args) == 0 {
+		return usagef("use: allox %s %s", p.name, p.subs)
+	}
+	action := p.name + "." + args[0]
+	rest := append([]string{}, args[1:]...)
+	err := c.call(ctx, action, map[string]any{"args": rest})
+	var re *rpc.Error
+	if errors.As(err, &re) && re.Code == rpc.CodeUnknownAction {
+		return fmt.Errorf("%s: the %s plugin is not enabled in this appliance: the workspace daemon enables it with %s", p.name, p.title, p.enable)
+	}
+	return err
+}
