@@ -4,7 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"errors"
+	"github.com/allox-os/allox/internal/cgroup"
 	"github.com/allox-os/allox/internal/testenv"
 	"os"
 	"path/filepath"
@@ -70,21 +70,14 @@ func newEnv(t testing.TB, mod func(*Config)) *env {
 
 // removeCgroupTree kills and removes a cgroup subtree, leaves first.
 func removeCgroupTree(t testing.TB, dir string) {
-	_ = os.WriteFile(filepath.Join(dir, "cgroup.kill"), []byte("1"), 0)
-	var dirs []string
-	_ = filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
-		if err == nil && d.IsDir() {
-			dirs = append(dirs, p)
-		}
-		return nil
-	})
-	for i := len(dirs) - 1; i >= 0; i-- {
-		for try := 0; try < 100; try++ {
-			if err := os.Remove(dirs[i]); err == nil || errors.Is(err, os.ErrNotExist) {
-				break
-			}
-			time.Sleep(5 * time.Millisecond)
-		}
+	g, err := cgroup.At(dir)
+	if err == nil {
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		err = g.DeleteTree(ctx)
+	}
+	if err != nil {
+		t.Errorf("remove test cgroups: %v", err)
 	}
 }
 

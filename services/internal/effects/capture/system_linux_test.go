@@ -1,6 +1,7 @@
 package capture
 
 import (
+	"context"
 	"errors"
 	"os"
 	"os/exec"
@@ -18,6 +19,7 @@ import (
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
+	"github.com/allox-os/allox/internal/cgroup"
 	"github.com/allox-os/allox/services/internal/effects/scope"
 	"github.com/allox-os/allox/services/internal/effects/verdict"
 )
@@ -183,29 +185,20 @@ func TestResidualProcessIsNamed(t *testing.T) {
 // whatever is left) at the end.
 func newCgroup(t *testing.T) string {
 	t.Helper()
-	var mount string
-	for _, m := range []string{"/sys/fs/cgroup", "/sys/fs/cgroup/unified"} {
-		var st unix.Statfs_t
-		if unix.Statfs(m, &st) == nil && st.Type == unix.CGROUP2_SUPER_MAGIC {
-			mount = m
-			break
-		}
-	}
-	if mount == "" {
-		t.Fatal("no cgroup v2 mount at /sys/fs/cgroup or /sys/fs/cgroup/unified")
-	}
+	mount, err := cgroup.DetectMount()
+	must(t, err)
 	dir := filepath.Join(mount, "allox-effects-test-"+suffix(t))
 	must(t, os.Mkdir(dir, 0o755))
 	t.Cleanup(func() {
-		_ = os.WriteFile(filepath.Join(dir, "cgroup.kill"), []byte("1"), 0)
-		for range 200 {
-			_ = os.Remove(filepath.Join(dir, "run-1"))
-			if err := os.Remove(dir); err == nil || errors.Is(err, os.ErrNotExist) {
-				return
-			}
-			time.Sleep(5 * time.Millisecond)
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		g, err := cgroup.At(dir)
+		if err == nil {
+			err = g.DeleteTree(ctx)
 		}
-		t.Errorf("cgroup %s left behind", dir)
+		if err != nil {
+			t.Errorf("cgroup %s left behind: %v", dir, err)
+		}
 	})
 	return dir
 }
