@@ -58,6 +58,9 @@ func Create(mount, path string, l Limits) (*Group, error) {
 	if err := l.validate(); err != nil {
 		return nil, err
 	}
+	if err := onCgroupfs(mount); err != nil {
+		return nil, err
+	}
 	m, err := cgroup2.NewManager(mount, path, l.resources())
 	if err != nil {
 		return nil, fmt.Errorf("create cgroup %s: %w", filepath.Join(mount, path), err)
@@ -114,6 +117,9 @@ func (g *Group) Update(l Limits) error {
 	if err := l.validate(); err != nil {
 		return err
 	}
+	if err := onCgroupfs(g.dir); err != nil {
+		return err
+	}
 	if err := g.m.Update(l.resources()); err != nil {
 		return fmt.Errorf("cgroup %s limits: %w", g.dir, err)
 	}
@@ -136,6 +142,9 @@ func (g *Group) Procs() ([]uint64, error) {
 func (g *Group) Kill() error {
 	if !g.Exists() {
 		return nil
+	}
+	if err := onCgroupfs(g.dir); err != nil {
+		return err
 	}
 	if err := g.m.Kill(); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("cgroup.kill %s: %w", g.dir, err)
@@ -172,6 +181,9 @@ func (g *Group) Freeze(ctx context.Context, frozen bool) error {
 	op, want := g.m.Thaw, uint64(0)
 	if frozen {
 		op, want = g.m.Freeze, 1
+	}
+	if err := onCgroupfs(g.dir); err != nil {
+		return err
 	}
 	if err := op(); err != nil {
 		return fmt.Errorf("cgroup.freeze %s: %w", g.dir, err)
@@ -259,6 +271,9 @@ func (g *Group) Has(file string) bool {
 func (g *Group) Delete() error {
 	if !g.Exists() {
 		return nil
+	}
+	if err := onCgroupfs(g.dir); err != nil {
+		return err
 	}
 	if err := g.m.Delete(); err != nil && !errors.Is(err, fs.ErrNotExist) {
 		return fmt.Errorf("remove cgroup %s: %w", g.dir, err)
@@ -373,6 +388,20 @@ func memory(v *int64) *int64 {
 	}
 	m := int64(math.MaxInt64)
 	return &m
+}
+
+// onCgroupfs refuses a directory that is not in a cgroup2 hierarchy before the library writes
+// into it or removes it: its writes create missing files, and its Delete is os.RemoveAll, which
+// in cgroupfs removes only empty groups but in any other directory everything.
+func onCgroupfs(dir string) error {
+	var st unix.Statfs_t
+	if err := unix.Statfs(dir, &st); err != nil {
+		return fmt.Errorf("cgroup %s: %w", dir, err)
+	}
+	if st.Type != unix.CGROUP2_SUPER_MAGIC {
+		return fmt.Errorf("%s is not in a cgroup2 hierarchy: give a directory below the cgroup2 mount (/sys/fs/cgroup or /sys/fs/cgroup/unified)", dir)
+	}
+	return nil
 }
 
 // DetectMount returns the cgroup2 mount: /sys/fs/cgroup on a pure cgroup v2 system,

@@ -375,6 +375,35 @@ func TestEventsParsed(t *testing.T) {
 	}
 }
 
+// TestRefusesPlainDirectory: the operations that write or remove refuse a directory outside
+// cgroupfs, whose files the library would create or (Delete is os.RemoveAll) remove.
+func TestRefusesPlainDirectory(t *testing.T) {
+	dir := t.TempDir()
+	keep := filepath.Join(dir, "sub", "keep")
+	if err := os.MkdirAll(keep, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	g, _ := At(filepath.Join(dir, "sub"))
+	no := NoLimit
+	for name, f := range map[string]func() error{
+		"Kill":       g.Kill,
+		"KillWait":   func() error { return g.KillWait(ctxT(t)) },
+		"Freeze":     func() error { return g.Freeze(ctxT(t), true) },
+		"Update":     func() error { return g.Update(Limits{PidsMax: &no}) },
+		"Delete":     g.Delete,
+		"DeleteTree": func() error { return g.DeleteTree(ctxT(t)) },
+		"Create":     func() error { _, err := Create(dir, "/sub/x", Limits{}); return err },
+	} {
+		if err := f(); err == nil || !strings.Contains(err.Error(), "not in a cgroup2 hierarchy") {
+			t.Errorf("%s on a plain directory: %v, want it refused", name, err)
+		}
+	}
+	ents, _ := os.ReadDir(filepath.Join(dir, "sub"))
+	if len(ents) != 1 || ents[0].Name() != "keep" {
+		t.Errorf("the plain directory now holds %v, want only keep", ents)
+	}
+}
+
 func TestLoadRefusesBadPath(t *testing.T) {
 	for _, p := range []string{"relative", "/a/../b", "/a/"} {
 		if _, err := Load("/sys/fs/cgroup", p); err == nil {
