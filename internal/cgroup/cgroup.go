@@ -136,9 +136,11 @@ func (g *Group) Procs() ([]uint64, error) {
 }
 
 // Kill sends SIGKILL to every process in the group and below it (cgroup.kill) and returns; the
-// processes die after. A group that does not exist is no error. The library falls back to
-// freezing and signalling each process when it cannot write cgroup.kill (kernels before 5.14);
-// every kernel here has cgroup.kill.
+// processes die after. A group that does not exist is no error, and the library is not called
+// for it: when it cannot write cgroup.kill it falls back (for kernels before 5.14, logging a
+// warning) to freezing and signalling each process and, in a process that is no subreaper,
+// waiting for each, which would reap the caller's own children. Every kernel here has
+// cgroup.kill.
 func (g *Group) Kill() error {
 	if !g.Exists() {
 		return nil

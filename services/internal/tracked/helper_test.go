@@ -4,7 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"github.com/allox-os/allox/internal/cgroup"
+	"github.com/allox-os/allox/internal/cgroup/cgrouptest"
 	"github.com/allox-os/allox/internal/testenv"
 	"os"
 	"path/filepath"
@@ -64,21 +64,8 @@ func newEnv(t testing.TB, mod func(*Config)) *env {
 		t.Fatalf("NewManager: %v", err)
 	}
 	e.cfg = e.m.cfg
-	t.Cleanup(func() { removeCgroupTree(t, filepath.Join(e.cfg.CgroupMount, e.cfg.CgroupParent)) })
+	cgrouptest.RemoveAtEnd(t, e.m.ParentDir())
 	return e
-}
-
-// removeCgroupTree kills and removes a cgroup subtree, leaves first.
-func removeCgroupTree(t testing.TB, dir string) {
-	g, err := cgroup.At(dir)
-	if err == nil {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		err = g.DeleteTree(ctx)
-	}
-	if err != nil {
-		t.Errorf("remove test cgroups: %v", err)
-	}
 }
 
 func (e *env) req(session string, argv ...string) StartRequest {

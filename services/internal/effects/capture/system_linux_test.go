@@ -1,7 +1,6 @@
 package capture
 
 import (
-	"context"
 	"errors"
 	"os"
 	"os/exec"
@@ -19,7 +18,7 @@ import (
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
-	"github.com/allox-os/allox/internal/cgroup"
+	"github.com/allox-os/allox/internal/cgroup/cgrouptest"
 	"github.com/allox-os/allox/services/internal/effects/scope"
 	"github.com/allox-os/allox/services/internal/effects/verdict"
 )
@@ -183,25 +182,7 @@ func TestResidualProcessIsNamed(t *testing.T) {
 
 // newCgroup makes a cgroup v2 group for the test and removes it (killing
 // whatever is left) at the end.
-func newCgroup(t *testing.T) string {
-	t.Helper()
-	mount, err := cgroup.DetectMount()
-	must(t, err)
-	dir := filepath.Join(mount, "allox-effects-test-"+suffix(t))
-	must(t, os.Mkdir(dir, 0o755))
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		g, err := cgroup.At(dir)
-		if err == nil {
-			err = g.DeleteTree(ctx)
-		}
-		if err != nil {
-			t.Errorf("cgroup %s left behind: %v", dir, err)
-		}
-	})
-	return dir
-}
+func newCgroup(t *testing.T) string { return cgrouptest.New(t, "allox-effects-test") }
 
 func must(t *testing.T, err error) {
 	t.Helper()

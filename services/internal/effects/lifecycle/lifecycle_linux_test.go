@@ -14,7 +14,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/allox-os/allox/internal/cgroup"
+	"github.com/allox-os/allox/internal/cgroup/cgrouptest"
 	"github.com/allox-os/allox/internal/rpc"
 	"github.com/allox-os/allox/services/internal/btrfstest"
 	"github.com/allox-os/allox/services/internal/daemon"
@@ -86,17 +86,7 @@ func newEnv(t testing.TB, scopeJSON string) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		g, err := cgroup.At(runs.ParentDir())
-		if err == nil {
-			err = g.DeleteTree(ctx)
-		}
-		if err != nil {
-			t.Errorf("remove the runs' cgroups: %v", err)
-		}
-	})
+	cgrouptest.RemoveAtEnd(t, runs.ParentDir())
 	fences, err := fence.Open(state)
 	if err != nil {
 		t.Fatal(err)

@@ -3,8 +3,7 @@ package scrub
 import (
 	"context"
 	"errors"
-	"fmt"
-	"github.com/allox-os/allox/internal/cgroup"
+	"github.com/allox-os/allox/internal/cgroup/cgrouptest"
 	"github.com/allox-os/allox/internal/testenv"
 	"os"
 	"os/exec"
@@ -71,25 +70,7 @@ func startIn(t *testing.T, group string) *exec.Cmd {
 	return cmd
 }
 
-func newCgroup(t *testing.T) string {
-	t.Helper()
-	mount, err := cgroup.DetectMount()
-	must(t, err)
-	dir := filepath.Join(mount, fmt.Sprintf("allox-scrub-test-%d", time.Now().UnixNano()))
-	must(t, os.Mkdir(dir, 0o755))
-	t.Cleanup(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-		defer cancel()
-		g, err := cgroup.At(dir)
-		if err == nil {
-			err = g.DeleteTree(ctx)
-		}
-		if err != nil {
-			t.Errorf("cgroup %s left behind: %v", dir, err)
-		}
-	})
-	return dir
-}
+func newCgroup(t *testing.T) string { return cgrouptest.New(t, "allox-scrub-test") }
 
 func must(t *testing.T, err error) {
 	t.Helper()
