@@ -4,9 +4,10 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 	"path"
 	"strings"
+
+	"github.com/allox-os/allox/internal/cgroup"
 )
 
 // Controllers enables, one by one, every controller listed in Dir/cgroup.controllers for the
@@ -19,17 +20,20 @@ func (c Controllers) String() string {
 	return "enable cgroup controllers in " + path.Join(c.Dir, "cgroup.subtree_control")
 }
 
-// Run writes "+name" for each available controller and names the ones the kernel refused.
+// Run enables each available controller and names the ones the kernel refused.
 func (c Controllers) Run(_ context.Context, sys *Sys) error {
-	avail, err := os.ReadFile(sys.Path(path.Join(c.Dir, "cgroup.controllers")))
+	g, err := cgroup.At(sys.Path(c.Dir))
 	if err != nil {
 		return err
 	}
-	control := sys.Path(path.Join(c.Dir, "cgroup.subtree_control"))
+	avail, err := g.Controllers()
+	if err != nil {
+		return err
+	}
 	var enabled, failed []string
 	var errs []error
-	for _, name := range strings.Fields(string(avail)) {
-		if err := writeControl(control, "+"+name); err != nil {
+	for _, name := range avail {
+		if err := g.EnableForChildren(name); err != nil {
 			failed = append(failed, name)
 			errs = append(errs, fmt.Errorf("%s: %w", name, err))
 			continue
@@ -41,16 +45,4 @@ func (c Controllers) Run(_ context.Context, sys *Sys) error {
 			strings.Join(enabled, " "), strings.Join(failed, " "), errors.Join(errs...))
 	}
 	return nil
-}
-
-func writeControl(file, word string) error {
-	f, err := os.OpenFile(file, os.O_WRONLY, 0)
-	if err != nil {
-		return err
-	}
-	_, werr := f.WriteString(word)
-	if cerr := f.Close(); werr == nil {
-		werr = cerr
-	}
-	return werr
 }

@@ -2,18 +2,16 @@ package tracked
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
-	"time"
 
-	"github.com/containerd/cgroups/v3/cgroup2"
+	"github.com/allox-os/allox/internal/cgroup"
 )
 
-// cgroups creates and kills the per-agent/session/run groups under
-// <mount>/<parent>.
+// cgroups creates and kills the per-agent/session/run groups under <mount>/<parent>; every
+// operation on a group goes through package cgroup.
 type cgroups struct {
 	mount       string
 	parent      string          // group path, e.g. "/allox"
@@ -23,19 +21,20 @@ type cgroups struct {
 
 func newCgroups(cfg *Config) (*cgroups, error) {
 	parent := "/" + cfg.CgroupParent
-	if _, err := cgroup2.NewManager(cfg.CgroupMount, parent, &cgroup2.Resources{}); err != nil {
-		return nil, fmt.Errorf("cgroup parent %s: %w", filepath.Join(cfg.CgroupMount, parent), err)
+	g, err := cgroup.Create(cfg.CgroupMount, parent, cgroup.Limits{})
+	if err != nil {
+		return nil, fmt.Errorf("cgroup parent: %w", err)
 	}
-	avail, err := os.ReadFile(filepath.Join(cfg.CgroupMount, parent, "cgroup.controllers"))
+	avail, err := g.Controllers()
 	if err != nil {
 		return nil, fmt.Errorf("cgroup parent: %w", err)
 	}
 	c := &cgroups{mount: cfg.CgroupMount, parent: parent, controllers: map[string]bool{},
 		limits: limitConfig{run: cfg.RunLimits, session: cfg.SessionLimits}}
-	for _, name := range strings.Fields(string(avail)) {
+	for _, name := range avail {
 		c.controllers[name] = true
 	}
-	if err := c.reserve(cfg.RunsMemoryReserve); err != nil {
+	if err := c.reserve(g, cfg.RunsMemoryReserve); err != nil {
 		return nil, err
 	}
 	return c, nil
@@ -48,9 +47,12 @@ func (c *cgroups) group(ids ...string) string {
 
 func (c *cgroups) path(group string) string { return filepath.Join(c.mount, group) }
 
+// load is the group at a path made by group (from validated ids).
+func (c *cgroups) load(group string) (*cgroup.Group, error) { return cgroup.Load(c.mount, group) }
+
 // create makes the run group — and its agent and session groups, with the controllers enabled down
-// the tree and the session's limits — writes the run's limits and returns an O_PATH directory fd
-// for clone3(CLONE_INTO_CGROUP). The caller closes it.
+// the tree and the session's limits — writes the run's limits and returns the group's directory
+// opened for clone3(CLONE_INTO_CGROUP). The caller closes it.
 func (c *cgroups) create(group string) (*os.File, error) {
 	agent, session, ok := c.split(group)
 	if !ok {
@@ -60,13 +62,16 @@ func (c *cgroups) create(group string) (*os.File, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := c.setup(group, sess, c.runLimits(sess)); err != nil {
-		_ = os.Remove(c.path(group))
+	if _, err := cgroup.Create(c.mount, c.group(agent, session), c.toLimits(sess)); err != nil {
 		return nil, err
 	}
-	f, err := os.Open(c.path(group))
+	g, err := cgroup.Create(c.mount, group, c.runGroupLimits(c.runLimits(sess)))
 	if err != nil {
-		_ = os.Remove(c.path(group))
+		return nil, err
+	}
+	f, err := g.Open()
+	if err != nil {
+		_ = g.Delete()
 		return nil, err
 	}
 	return f, nil
@@ -82,112 +87,74 @@ func (c *cgroups) split(group string) (agent, session string, ok bool) {
 	return parts[0], parts[1], true
 }
 
-// kill writes cgroup.kill: every process in the group and its descendants
-// gets SIGKILL.
+// kill writes cgroup.kill: every process in the group and its descendants gets SIGKILL.
 func (c *cgroups) kill(group string) error {
-	err := os.WriteFile(filepath.Join(c.path(group), "cgroup.kill"), []byte("1"), 0)
-	if errors.Is(err, os.ErrNotExist) {
-		return nil
+	g, err := c.load(group)
+	if err != nil {
+		return err
 	}
-	return err
+	return g.Kill()
 }
 
 // populated reports whether any process is left in the group's subtree.
 func (c *cgroups) populated(group string) bool {
-	b, err := os.ReadFile(filepath.Join(c.path(group), "cgroup.events"))
+	g, err := c.load(group)
 	if err != nil {
 		return false
 	}
-	return strings.Contains(string(b), "populated 1")
+	p, _ := g.Populated()
+	return p
 }
 
 // killWait kills the group and waits until it is empty or ctx is done.
 func (c *cgroups) killWait(ctx context.Context, group string) error {
-	if err := c.kill(group); err != nil {
-		return fmt.Errorf("cgroup.kill %s: %w", group, err)
+	g, err := c.load(group)
+	if err != nil {
+		return err
 	}
-	for c.populated(group) {
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("cgroup %s not empty: %w", group, ctx.Err())
-		case <-time.After(2 * time.Millisecond):
-		}
-	}
-	return nil
+	return g.KillWait(ctx)
 }
 
-// freeze sets cgroup.freeze and waits until cgroup.events reports the new state (at once for an
-// empty group), or ctx is done. It polls, from 20 µs up to 100 µs between reads: the state changes
-// within microseconds for a group whose tasks sleep (bwrap on its block fd), and the file's change
-// notification is rate-limited by the kernel to one per 10 ms, too slow for a run's start.
+// freeze freezes or thaws the group and waits until the kernel reports the new state (at once
+// for an empty group), or ctx is done.
 func (c *cgroups) freeze(ctx context.Context, group string, frozen bool) error {
-	v, want := "0", "frozen 0"
-	if frozen {
-		v, want = "1", "frozen 1"
+	g, err := c.load(group)
+	if err != nil {
+		return err
 	}
-	if err := os.WriteFile(filepath.Join(c.path(group), "cgroup.freeze"), []byte(v), 0); err != nil {
-		return fmt.Errorf("cgroup.freeze %s: %w", group, err)
-	}
-	pause := 20 * time.Microsecond
-	for {
-		b, err := os.ReadFile(filepath.Join(c.path(group), "cgroup.events"))
-		if err != nil {
-			return fmt.Errorf("cgroup.events %s: %w", group, err)
-		}
-		if strings.Contains(string(b), want) {
-			return nil
-		}
-		select {
-		case <-ctx.Done():
-			return fmt.Errorf("cgroup %s: %q not reached: %w", group, want, ctx.Err())
-		case <-time.After(pause):
-		}
-		pause = min(2*pause, 100*time.Microsecond)
-	}
+	return g.Freeze(ctx, frozen)
 }
 
 // remove deletes an empty group (ignoring a group that is already gone).
 func (c *cgroups) remove(group string) error {
-	err := os.Remove(c.path(group))
-	if errors.Is(err, os.ErrNotExist) {
-		return nil
+	g, err := c.load(group)
+	if err != nil {
+		return err
 	}
-	return err
+	return g.Delete()
 }
 
 // removeTree kills every process in group and below it, waits until they are gone and removes
 // the group and every group below it, deepest first. A group that does not exist is no error.
 func (c *cgroups) removeTree(ctx context.Context, group string) error {
-	if _, err := os.Stat(c.path(group)); errors.Is(err, os.ErrNotExist) {
-		return nil
-	}
-	if err := c.killWait(ctx, group); err != nil {
+	g, err := c.load(group)
+	if err != nil {
 		return err
 	}
-	return c.removeEmpty(group)
-}
-
-func (c *cgroups) removeEmpty(group string) error {
-	ents, err := os.ReadDir(c.path(group))
-	if err != nil && !errors.Is(err, os.ErrNotExist) {
-		return err
-	}
-	var errs []error
-	for _, e := range ents {
-		if e.IsDir() {
-			errs = append(errs, c.removeEmpty(filepath.Join(group, e.Name())))
-		}
-	}
-	return errors.Join(append(errs, c.remove(group))...)
+	return g.DeleteTree(ctx)
 }
 
 // children lists the groups directly below group.
 func (c *cgroups) children(group string) []string {
-	ents, _ := os.ReadDir(c.path(group))
+	g, err := c.load(group)
+	if err != nil {
+		return nil
+	}
+	names, _ := g.Children()
 	var out []string
-	for _, e := range ents {
-		if e.IsDir() && validID(e.Name()) {
-			out = append(out, e.Name())
+	for _, n := range names {
+		if validID(n) {
+			out = append(out, n)
 		}
 	}
 	return out

@@ -1,16 +1,15 @@
 package tracked
 
 import (
-	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
 
+	"github.com/allox-os/allox/internal/cgroup"
 	"github.com/allox-os/allox/internal/limit"
 	"github.com/allox-os/allox/services/internal/seccomp"
-	"golang.org/x/sys/unix"
 )
 
 // Config configures a Manager.
@@ -117,11 +116,9 @@ func validParent(p string) bool {
 // detectCgroupMount returns /sys/fs/cgroup on a pure cgroup v2 system and
 // /sys/fs/cgroup/unified on a hybrid one.
 func detectCgroupMount() (string, error) {
-	for _, m := range []string{"/sys/fs/cgroup", "/sys/fs/cgroup/unified"} {
-		var st unix.Statfs_t
-		if err := unix.Statfs(m, &st); err == nil && st.Type == unix.CGROUP2_SUPER_MAGIC {
-			return m, nil
-		}
+	m, err := cgroup.DetectMount()
+	if err != nil {
+		return "", fmt.Errorf("%w; set Config.CgroupMount", err)
 	}
-	return "", errors.New("no cgroup v2 mount at /sys/fs/cgroup or /sys/fs/cgroup/unified; set Config.CgroupMount")
+	return m, nil
 }

@@ -4,7 +4,7 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/hex"
-	"errors"
+	"github.com/allox-os/allox/internal/cgroup/cgrouptest"
 	"github.com/allox-os/allox/internal/testenv"
 	"os"
 	"path/filepath"
@@ -64,28 +64,8 @@ func newEnv(t testing.TB, mod func(*Config)) *env {
 		t.Fatalf("NewManager: %v", err)
 	}
 	e.cfg = e.m.cfg
-	t.Cleanup(func() { removeCgroupTree(t, filepath.Join(e.cfg.CgroupMount, e.cfg.CgroupParent)) })
+	cgrouptest.RemoveAtEnd(t, e.m.ParentDir())
 	return e
-}
-
-// removeCgroupTree kills and removes a cgroup subtree, leaves first.
-func removeCgroupTree(t testing.TB, dir string) {
-	_ = os.WriteFile(filepath.Join(dir, "cgroup.kill"), []byte("1"), 0)
-	var dirs []string
-	_ = filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
-		if err == nil && d.IsDir() {
-			dirs = append(dirs, p)
-		}
-		return nil
-	})
-	for i := len(dirs) - 1; i >= 0; i-- {
-		for try := 0; try < 100; try++ {
-			if err := os.Remove(dirs[i]); err == nil || errors.Is(err, os.ErrNotExist) {
-				break
-			}
-			time.Sleep(5 * time.Millisecond)
-		}
-	}
 }
 
 func (e *env) req(session string, argv ...string) StartRequest {

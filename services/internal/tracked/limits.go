@@ -12,6 +12,7 @@ import (
 	"strings"
 	"syscall"
 
+	"github.com/allox-os/allox/internal/cgroup"
 	"github.com/allox-os/allox/internal/limit"
 )
 
@@ -24,14 +25,15 @@ type limitConfig struct {
 }
 
 // limitFiles maps each limit to its cgroup file and controller.
-var limitFiles = []struct{ field, file, controller, unset string }{
-	{limit.PidsMax, "pids.max", "pids", "max"},
-	{limit.MemoryMax, "memory.max", "memory", "max"},
-	{limit.MemorySwapMax, "memory.swap.max", "memory", "max"},
-	{limit.CPUWeight, "cpu.weight", "cpu", "100"},
+var limitFiles = []struct{ field, file, controller string }{
+	{limit.PidsMax, "pids.max", "pids"},
+	{limit.MemoryMax, "memory.max", "memory"},
+	{limit.MemorySwapMax, "memory.swap.max", "memory"},
+	{limit.CPUWeight, "cpu.weight", "cpu"},
 }
 
-// delegated are the controllers enabled down the tree to the run groups.
+// delegated are the controllers enabled down the tree to the run groups (by cgroup.Create, for
+// the limits it writes).
 var delegated = []string{"cpu", "memory", "pids"}
 
 func (c *cgroups) session(agent, session string) (limit.Set, error) {
@@ -51,9 +53,13 @@ func (c *cgroups) runLimits(session limit.Set) limit.Set { return limit.Cap(c.li
 // Enforced lists the limits that really apply here: those whose controller the parent group has
 // and whose file exists (memory.swap.max needs swap in the kernel).
 func (c *cgroups) enforced() []string {
+	parent, err := c.load(c.parent)
+	if err != nil {
+		return nil
+	}
 	var out []string
 	for _, lf := range limitFiles {
-		if c.has(lf.controller) && exists(filepath.Join(c.path(c.parent), lf.file)) {
+		if c.has(lf.controller) && parent.Has(lf.file) {
 			out = append(out, lf.field)
 		}
 	}
@@ -62,86 +68,46 @@ func (c *cgroups) enforced() []string {
 
 func (c *cgroups) has(controller string) bool { return c.controllers[controller] }
 
-func exists(p string) bool { _, err := os.Stat(p); return err == nil }
-
-// setup makes the run group below its agent and session groups: at each level it enables the
-// delegated controllers for the level below (the groups above the runs never hold processes), it
-// writes the session's limits into the session group every time (so a re-created group gets them
-// again) and the run's limits, with memory.oom.group, into the new run group.
-func (c *cgroups) setup(group string, sess, run limit.Set) error {
-	agent, session, _ := c.split(group)
-	sessionGroup := c.group(agent, session)
-	for _, g := range []string{c.parent, c.group(agent), sessionGroup} {
-		if g != c.parent {
-			if err := os.Mkdir(c.path(g), 0o755); err != nil && !errors.Is(err, os.ErrExist) {
-				return err
-			}
-		}
-		if g == sessionGroup {
-			if err := c.writeLimits(g, sess); err != nil {
-				return err
-			}
-		}
-		if err := c.delegate(g); err != nil {
-			return err
-		}
-	}
-	if err := os.Mkdir(c.path(group), 0o755); err != nil && !errors.Is(err, os.ErrExist) {
-		return err
-	}
-	if err := c.writeLimits(group, run); err != nil {
-		return err
-	}
-	if c.has("memory") {
-		// The whole run is the OOM killer's victim, not one of its processes.
-		return c.write(group, "memory.oom.group", "1")
-	}
-	return nil
-}
-
-// delegate enables the available delegated controllers in group's cgroup.subtree_control.
-func (c *cgroups) delegate(group string) error {
-	var words []string
-	for _, name := range delegated {
-		if c.has(name) {
-			words = append(words, "+"+name)
-		}
-	}
-	if len(words) == 0 {
-		return nil
-	}
-	return c.write(group, "cgroup.subtree_control", strings.Join(words, " "))
-}
-
-// writeLimits writes each limit that applies here; an unset one is written as its default, so a
-// group never keeps an older value.
-func (c *cgroups) writeLimits(group string, s limit.Set) error {
+// toLimits are the limits of s that apply here, each unset one as the kernel's default, so that
+// a group never keeps an older value. cgroup.Create enables, in every group above, the
+// controllers of the limits it writes: the groups above the runs never hold processes.
+func (c *cgroups) toLimits(s limit.Set) cgroup.Limits {
 	enforced := c.enforced()
-	for _, lf := range limitFiles {
-		if !slices.Contains(enforced, lf.field) {
-			continue
+	val := func(field string, unset int64) *int64 {
+		if !slices.Contains(enforced, field) {
+			return nil
 		}
-		val := lf.unset
-		if v, ok := s.Get(lf.field); ok {
-			val = strconv.FormatInt(v, 10)
+		if v, ok := s.Get(field); ok {
+			return &v
 		}
-		if err := c.write(group, lf.file, val); err != nil {
-			return err
-		}
+		return &unset
 	}
-	return nil
+	l := cgroup.Limits{
+		PidsMax:   val(limit.PidsMax, cgroup.NoLimit),
+		MemoryMax: val(limit.MemoryMax, cgroup.NoLimit),
+		SwapMax:   val(limit.MemorySwapMax, cgroup.NoLimit),
+	}
+	if w := val(limit.CPUWeight, 100); w != nil {
+		u := uint64(*w)
+		l.CPUWeight = &u
+	}
+	return l
 }
 
-func (c *cgroups) write(group, file, val string) error {
-	if err := os.WriteFile(filepath.Join(c.path(group), file), []byte(val), 0o644); err != nil {
-		return fmt.Errorf("write %s %s: %w", file, val, err)
+// runGroupLimits are a run group's limits: run's, and with the memory controller
+// memory.oom.group, so that the whole run is the OOM killer's victim, not one of its processes.
+func (c *cgroups) runGroupLimits(run limit.Set) cgroup.Limits {
+	l := c.toLimits(run)
+	if c.has("memory") {
+		yes := true
+		l.OOMGroup = &yes
 	}
-	return nil
+	return l
 }
 
 // reserve bounds all runs together: the parent group's memory.max becomes MemTotal minus reserve,
 // so that the runs cannot push the control plane into a global OOM. 0 leaves the parent alone.
-func (c *cgroups) reserve(reserve int64) error {
+func (c *cgroups) reserve(parent *cgroup.Group, reserve int64) error {
 	if reserve <= 0 || !c.has("memory") {
 		return nil
 	}
@@ -159,7 +125,7 @@ func (c *cgroups) reserve(reserve int64) error {
 		return fmt.Errorf("runs memory reserve %s leaves %s of the guest's %s for all runs: lower the reserve (--runs-memory-reserve) or give the guest more memory",
 			limit.FormatSize(reserve), limit.FormatSize(max), limit.FormatSize(total))
 	}
-	return c.write(c.parent, "memory.max", strconv.FormatInt(max, 10))
+	return parent.Update(cgroup.Limits{MemoryMax: &max})
 }
 
 // memTotal reads MemTotal (bytes) from /proc/meminfo.
@@ -183,57 +149,16 @@ func memTotal(r io.Reader) (int64, error) {
 	return 0, errors.New("meminfo: no MemTotal line")
 }
 
-// parseKeyed reads a flat keyed cgroup file ("oom_kill 1\nmax 0\n": memory.events, pids.events).
-func parseKeyed(r io.Reader) (map[string]int64, error) {
-	out := map[string]int64{}
-	sc := bufio.NewScanner(r)
-	for sc.Scan() {
-		f := strings.Fields(sc.Text())
-		if len(f) == 0 {
-			continue
-		}
-		if len(f) != 2 {
-			return nil, fmt.Errorf("malformed line %q: want \"key value\"", sc.Text())
-		}
-		n, err := strconv.ParseInt(f[1], 10, 64)
-		if err != nil {
-			return nil, fmt.Errorf("line %q: %w", sc.Text(), err)
-		}
-		out[f[0]] = n
-	}
-	return out, sc.Err()
-}
-
 // limitEvents are the counters that say a run hit a limit.
-type limitEvents struct {
-	OOMKills  int64 // memory.events oom_kill: processes killed by the OOM killer
-	PidsLimit int64 // pids.events max: forks refused by pids.max
-}
+type limitEvents = cgroup.Events
 
 // events reads a run group's limit counters before it is removed; missing files count as zero.
 func (c *cgroups) events(group string) (limitEvents, error) {
-	var ev limitEvents
-	var errs []error
-	for _, f := range []struct {
-		file, key string
-		dst       *int64
-	}{{"memory.events", "oom_kill", &ev.OOMKills}, {"pids.events", "max", &ev.PidsLimit}} {
-		b, err := os.Open(filepath.Join(c.path(group), f.file))
-		if errors.Is(err, os.ErrNotExist) {
-			continue
-		}
-		if err != nil {
-			errs = append(errs, err)
-			continue
-		}
-		m, err := parseKeyed(b)
-		b.Close()
-		if err != nil {
-			errs = append(errs, fmt.Errorf("%s: %w", f.file, err))
-		}
-		*f.dst = m[f.key]
+	g, err := c.load(group)
+	if err != nil {
+		return limitEvents{}, err
 	}
-	return ev, errors.Join(errs...)
+	return g.Events()
 }
 
 // applyEvents turns a run that hit a limit into StateOOMKilled or StatePidsLimit. The OOM killer
@@ -265,15 +190,19 @@ const RunOOMScoreAdj = 500
 // oomScoreAdj writes adj for every process in the group until a pass finds nothing left to
 // change, so that a process forked while it runs is caught by the next pass.
 func (c *cgroups) oomScoreAdj(group string, adj int) error {
+	g, err := c.load(group)
+	if err != nil {
+		return err
+	}
 	want := strconv.Itoa(adj)
 	for pass := 0; pass < 100; pass++ {
-		b, err := os.ReadFile(filepath.Join(c.path(group), "cgroup.procs"))
+		pids, err := g.Procs()
 		if err != nil {
 			return fmt.Errorf("oom_score_adj: %w", err)
 		}
 		changed := false
-		for _, pid := range strings.Fields(string(b)) {
-			file := filepath.Join("/proc", pid, "oom_score_adj")
+		for _, pid := range pids {
+			file := filepath.Join("/proc", strconv.FormatUint(pid, 10), "oom_score_adj")
 			cur, err := os.ReadFile(file)
 			if errors.Is(err, os.ErrNotExist) {
 				continue // exited
@@ -282,7 +211,7 @@ func (c *cgroups) oomScoreAdj(group string, adj int) error {
 				continue
 			}
 			if err := os.WriteFile(file, []byte(want), 0); err != nil && !errors.Is(err, os.ErrNotExist) && !errors.Is(err, syscall.ESRCH) {
-				return fmt.Errorf("oom_score_adj of pid %s: %w", pid, err)
+				return fmt.Errorf("oom_score_adj of pid %d: %w", pid, err)
 			}
 			changed = true
 		}
@@ -314,15 +243,18 @@ func (m *Manager) RunLimits() limit.Set { return m.cfg.RunLimits }
 // memory.peak) of a session's group, or of a run's when runID is set, as the kernel reports them;
 // files that do not exist (no controller, no group yet) are left out.
 func (m *Manager) GroupFiles(agentID, sessionID, runID string) map[string]string {
-	dir := m.CgroupDir(agentID, sessionID, runID)
 	out := map[string]string{}
+	g, err := cgroup.At(m.CgroupDir(agentID, sessionID, runID))
+	if err != nil {
+		return out
+	}
 	files := []string{"pids.current", "pids.peak", "memory.current", "memory.peak", "memory.oom.group"}
 	for _, lf := range limitFiles {
 		files = append(files, lf.file)
 	}
 	for _, f := range files {
-		if b, err := os.ReadFile(filepath.Join(dir, f)); err == nil {
-			out[f] = strings.TrimSpace(string(b))
+		if v, err := g.Read(f); err == nil {
+			out[f] = v
 		}
 	}
 	return out
@@ -331,9 +263,10 @@ func (m *Manager) GroupFiles(agentID, sessionID, runID string) map[string]string
 // RunsMemoryMax is the parent group's memory.max ("max" when not bounded, "" without the memory
 // controller).
 func (m *Manager) RunsMemoryMax() string {
-	b, err := os.ReadFile(filepath.Join(m.cg.path(m.cg.parent), "memory.max"))
+	g, err := m.cg.load(m.cg.parent)
 	if err != nil {
 		return ""
 	}
-	return strings.TrimSpace(string(b))
+	v, _ := g.Read("memory.max")
+	return v
 }

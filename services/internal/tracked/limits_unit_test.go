@@ -6,12 +6,13 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/allox-os/allox/internal/cgroup"
 	"github.com/allox-os/allox/internal/limit"
 	"github.com/google/go-cmp/cmp"
 )
 
-// fakeCgroups is a cgroups over a plain directory: enough for the logic of which files are
-// written where, never for proving that a limit holds (the QEMU tests do that).
+// fakeCgroups is a cgroups over a plain directory: enough for the logic of which limits go into
+// which group, never for proving that a limit holds (the QEMU tests do that).
 func fakeCgroups(t *testing.T, controllers ...string) *cgroups {
 	t.Helper()
 	mount := t.TempDir()
@@ -22,73 +23,62 @@ func fakeCgroups(t *testing.T, controllers ...string) *cgroups {
 	must(t, os.MkdirAll(c.path(c.parent), 0o755))
 	for _, lf := range limitFiles {
 		if c.has(lf.controller) {
-			must(t, os.WriteFile(filepath.Join(c.path(c.parent), lf.file), []byte(lf.unset), 0o644))
+			must(t, os.WriteFile(filepath.Join(c.path(c.parent), lf.file), nil, 0o644))
 		}
 	}
 	return c
 }
 
-func readTree(t *testing.T, root string) map[string]string {
-	t.Helper()
-	out := map[string]string{}
-	must(t, filepath.WalkDir(root, func(p string, d os.DirEntry, err error) error {
-		if err != nil || d.IsDir() {
-			return err
-		}
-		b, err := os.ReadFile(p)
-		rel, _ := filepath.Rel(root, p)
-		out[rel] = string(b)
-		return err
-	}))
-	return out
-}
+func i64(v int64) *int64   { return &v }
+func u64(v uint64) *uint64 { return &v }
+func boolp(v bool) *bool   { return &v }
 
-func TestSetupWritesLimitsDownTheTree(t *testing.T) {
+// TestLimitsPerGroup: the session group gets the session's limits, the run group the run's
+// defaults capped by them and memory.oom.group; an unset limit is the kernel's default.
+func TestLimitsPerGroup(t *testing.T) {
 	c := fakeCgroups(t, "cpu", "memory", "pids")
 	sess := limit.Set{PidsMax: 4096, MemoryMax: 1 << 30, MemorySwapMax: limit.Int64(0)}
-	c.limits = limitConfig{run: limit.Set{PidsMax: 1024, MemoryMax: 2 << 30, CPUWeight: 200},
-		session: func(a, s string) (limit.Set, error) { return sess, nil }}
-	f, err := c.create("/allox/a/s/r1")
-	if err != nil {
-		t.Fatal(err)
-	}
-	f.Close()
-	got := readTree(t, c.path(c.parent))
-	want := map[string]string{
-		"pids.max": "max", "memory.max": "max", "memory.swap.max": "max", "cpu.weight": "100",
-		"cgroup.subtree_control":     "+cpu +memory +pids",
-		"a/cgroup.subtree_control":   "+cpu +memory +pids",
-		"a/s/cgroup.subtree_control": "+cpu +memory +pids",
-		"a/s/pids.max":               "4096",
-		"a/s/memory.max":             "1073741824",
-		"a/s/memory.swap.max":        "0",
-		"a/s/cpu.weight":             "100",
-		"a/s/r1/pids.max":            "1024",
-		"a/s/r1/memory.max":          "1073741824", // capped by the session
-		"a/s/r1/memory.swap.max":     "0",          // the session's
-		"a/s/r1/cpu.weight":          "200",
-		"a/s/r1/memory.oom.group":    "1",
-	}
-	if diff := cmp.Diff(want, got); diff != "" {
-		t.Errorf("cgroup files (-want +got):\n%s", diff)
+	c.limits = limitConfig{run: limit.Set{PidsMax: 1024, MemoryMax: 2 << 30, CPUWeight: 200}}
+	for _, tc := range []struct {
+		name      string
+		got, want cgroup.Limits
+	}{
+		{"session", c.toLimits(sess),
+			cgroup.Limits{PidsMax: i64(4096), MemoryMax: i64(1 << 30), SwapMax: i64(0), CPUWeight: u64(100)}},
+		{"run", c.runGroupLimits(c.runLimits(sess)),
+			cgroup.Limits{PidsMax: i64(1024), MemoryMax: i64(1 << 30) /* capped by the session */, SwapMax: i64(0), CPUWeight: u64(200), OOMGroup: boolp(true)}},
+		{"nothing set", c.toLimits(limit.Set{}),
+			cgroup.Limits{PidsMax: i64(cgroup.NoLimit), MemoryMax: i64(cgroup.NoLimit), SwapMax: i64(cgroup.NoLimit), CPUWeight: u64(100)}},
+	} {
+		if diff := cmp.Diff(tc.want, tc.got); diff != "" {
+			t.Errorf("%s limits (-want +got):\n%s", tc.name, diff)
+		}
 	}
 	if diff := cmp.Diff(limit.Fields, c.enforced()); diff != "" {
 		t.Errorf("enforced (-want +got):\n%s", diff)
 	}
 }
 
-// TestSetupWithoutControllers: a hybrid host, whose v2 hierarchy has no controllers, gets the
-// groups and no limit files, and reports nothing in force.
-func TestSetupWithoutControllers(t *testing.T) {
-	c := fakeCgroups(t)
-	c.limits = limitConfig{run: limit.Set{PidsMax: 1024}}
-	f, err := c.create("/allox/a/s/r1")
-	if err != nil {
-		t.Fatal(err)
+// TestLimitsWithoutSwap: without memory.swap.max (no swap in the kernel) that limit is neither
+// written nor reported in force.
+func TestLimitsWithoutSwap(t *testing.T) {
+	c := fakeCgroups(t, "memory")
+	must(t, os.Remove(filepath.Join(c.path(c.parent), "memory.swap.max")))
+	got := c.toLimits(limit.Set{MemoryMax: 1 << 30, MemorySwapMax: limit.Int64(0)})
+	if diff := cmp.Diff(cgroup.Limits{MemoryMax: i64(1 << 30)}, got); diff != "" {
+		t.Errorf("limits (-want +got):\n%s", diff)
 	}
-	f.Close()
-	if got := readTree(t, c.path(c.parent)); len(got) != 0 {
-		t.Errorf("files written without controllers: %v", got)
+	if diff := cmp.Diff([]string{limit.MemoryMax}, c.enforced()); diff != "" {
+		t.Errorf("enforced (-want +got):\n%s", diff)
+	}
+}
+
+// TestLimitsWithoutControllers: a hybrid host, whose v2 hierarchy has no controllers, gets the
+// groups and no limits, and reports nothing in force.
+func TestLimitsWithoutControllers(t *testing.T) {
+	c := fakeCgroups(t)
+	if got := c.runGroupLimits(limit.Set{PidsMax: 1024}); got != (cgroup.Limits{}) {
+		t.Errorf("limits without controllers: %+v", got)
 	}
 	if got := c.enforced(); len(got) != 0 {
 		t.Errorf("enforced = %v", got)
@@ -99,35 +89,6 @@ func TestCreateRefusesNonRunGroup(t *testing.T) {
 	c := fakeCgroups(t)
 	if _, err := c.create("/allox/a/s"); err == nil || !strings.Contains(err.Error(), "BUG") {
 		t.Errorf("create of a session group: %v", err)
-	}
-}
-
-func TestParseKeyed(t *testing.T) {
-	m, err := parseKeyed(strings.NewReader("low 0\nhigh 0\nmax 12\noom 1\noom_kill 2\noom_group_kill 1\n"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if m["oom_kill"] != 2 || m["max"] != 12 || len(m) != 6 {
-		t.Errorf("parseKeyed = %v", m)
-	}
-	for _, bad := range []string{"max\n", "max x\n", "a 1 2\n"} {
-		if _, err := parseKeyed(strings.NewReader(bad)); err == nil {
-			t.Errorf("parseKeyed(%q) accepted", bad)
-		}
-	}
-}
-
-func TestEvents(t *testing.T) {
-	c := fakeCgroups(t)
-	dir := c.path("/allox/a/s/r")
-	must(t, os.MkdirAll(dir, 0o755))
-	if ev, err := c.events("/allox/a/s/r"); err != nil || ev != (limitEvents{}) {
-		t.Errorf("without files: %+v, %v", ev, err)
-	}
-	must(t, os.WriteFile(filepath.Join(dir, "memory.events"), []byte("low 0\nhigh 0\nmax 3\noom 1\noom_kill 1\n"), 0o644))
-	must(t, os.WriteFile(filepath.Join(dir, "pids.events"), []byte("max 7\n"), 0o644))
-	if ev, err := c.events("/allox/a/s/r"); err != nil || ev != (limitEvents{OOMKills: 1, PidsLimit: 7}) {
-		t.Errorf("events = %+v, %v", ev, err)
 	}
 }
 

@@ -18,6 +18,7 @@ import (
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
+	"github.com/allox-os/allox/internal/cgroup/cgrouptest"
 	"github.com/allox-os/allox/services/internal/effects/scope"
 	"github.com/allox-os/allox/services/internal/effects/verdict"
 )
@@ -181,34 +182,7 @@ func TestResidualProcessIsNamed(t *testing.T) {
 
 // newCgroup makes a cgroup v2 group for the test and removes it (killing
 // whatever is left) at the end.
-func newCgroup(t *testing.T) string {
-	t.Helper()
-	var mount string
-	for _, m := range []string{"/sys/fs/cgroup", "/sys/fs/cgroup/unified"} {
-		var st unix.Statfs_t
-		if unix.Statfs(m, &st) == nil && st.Type == unix.CGROUP2_SUPER_MAGIC {
-			mount = m
-			break
-		}
-	}
-	if mount == "" {
-		t.Fatal("no cgroup v2 mount at /sys/fs/cgroup or /sys/fs/cgroup/unified")
-	}
-	dir := filepath.Join(mount, "allox-effects-test-"+suffix(t))
-	must(t, os.Mkdir(dir, 0o755))
-	t.Cleanup(func() {
-		_ = os.WriteFile(filepath.Join(dir, "cgroup.kill"), []byte("1"), 0)
-		for range 200 {
-			_ = os.Remove(filepath.Join(dir, "run-1"))
-			if err := os.Remove(dir); err == nil || errors.Is(err, os.ErrNotExist) {
-				return
-			}
-			time.Sleep(5 * time.Millisecond)
-		}
-		t.Errorf("cgroup %s left behind", dir)
-	})
-	return dir
-}
+func newCgroup(t *testing.T) string { return cgrouptest.New(t, "allox-effects-test") }
 
 func must(t *testing.T, err error) {
 	t.Helper()

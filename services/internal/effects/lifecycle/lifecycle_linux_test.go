@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/allox-os/allox/internal/cgroup/cgrouptest"
 	"github.com/allox-os/allox/internal/rpc"
 	"github.com/allox-os/allox/services/internal/btrfstest"
 	"github.com/allox-os/allox/services/internal/fence"
@@ -84,6 +85,7 @@ func newEnv(t testing.TB, scopeJSON string) *env {
 	if err != nil {
 		t.Fatal(err)
 	}
+	cgrouptest.RemoveAtEnd(t, runs.ParentDir())
 	fences, err := fence.Open(state)
 	if err != nil {
 		t.Fatal(err)

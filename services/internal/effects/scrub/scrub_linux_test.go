@@ -3,7 +3,7 @@ package scrub
 import (
 	"context"
 	"errors"
-	"fmt"
+	"github.com/allox-os/allox/internal/cgroup/cgrouptest"
 	"github.com/allox-os/allox/internal/testenv"
 	"os"
 	"os/exec"
@@ -11,8 +11,6 @@ import (
 	"syscall"
 	"testing"
 	"time"
-
-	"golang.org/x/sys/unix"
 )
 
 // TestRuntime runs a process in a real run cgroup (in a child group) and a
@@ -72,34 +70,7 @@ func startIn(t *testing.T, group string) *exec.Cmd {
 	return cmd
 }
 
-func newCgroup(t *testing.T) string {
-	t.Helper()
-	var mount string
-	for _, m := range []string{"/sys/fs/cgroup", "/sys/fs/cgroup/unified"} {
-		var st unix.Statfs_t
-		if unix.Statfs(m, &st) == nil && st.Type == unix.CGROUP2_SUPER_MAGIC {
-			mount = m
-			break
-		}
-	}
-	if mount == "" {
-		t.Fatal("no cgroup v2 mount at /sys/fs/cgroup or /sys/fs/cgroup/unified")
-	}
-	dir := filepath.Join(mount, fmt.Sprintf("allox-scrub-test-%d", time.Now().UnixNano()))
-	must(t, os.Mkdir(dir, 0o755))
-	t.Cleanup(func() {
-		_ = os.WriteFile(filepath.Join(dir, "cgroup.kill"), []byte("1"), 0)
-		for range 200 {
-			_ = os.Remove(filepath.Join(dir, "run-2"))
-			if err := os.Remove(dir); err == nil || errors.Is(err, os.ErrNotExist) {
-				return
-			}
-			time.Sleep(5 * time.Millisecond)
-		}
-		t.Errorf("cgroup %s left behind", dir)
-	})
-	return dir
-}
+func newCgroup(t *testing.T) string { return cgrouptest.New(t, "allox-scrub-test") }
 
 func must(t *testing.T, err error) {
 	t.Helper()
