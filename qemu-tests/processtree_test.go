@@ -2,6 +2,7 @@ package qemutests
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"path/filepath"
 	"strconv"
@@ -104,6 +105,26 @@ func TestProcessTreeInGuest(t *testing.T) {
 	call(rpc.ActionProcessTree, map[string]any{"agent_id": "agent-a", "session_id": "session-1", "run_id": r.RunID}, &tree)
 	if tree.Source != "ebpf" || tree.Drops == nil || *tree.Drops != 0 {
 		t.Errorf("process.tree source %q drops %v, want ebpf with 0 drops", tree.Source, tree.Drops)
+	}
+
+	// The provider is a Plugin API v1 plugin: system.info lists it installed and enabled (and the
+	// observer neither), and its run hook's metadata is in process.get under its name.
+	var info rpc.SystemInfo
+	call(rpc.ActionSystemInfo, nil, &info)
+	wantPlugins := []rpc.PluginInfo{
+		{Name: "process-tree", Installed: true, Enabled: true, Flag: "--process-tree-provider=ebpf", APIVersion: 1, Version: "1.0.0"},
+		{Name: "system-effects", Flag: "--observer"},
+	}
+	if fmt.Sprint(info.Plugins) != fmt.Sprint(wantPlugins) {
+		t.Errorf("system.info plugins = %+v, want %+v", info.Plugins, wantPlugins)
+	}
+	var got rpc.Run
+	call(rpc.ActionProcessGet, map[string]any{"run_id": r.RunID}, &got)
+	var meta struct {
+		RootPID int `json:"root_pid"`
+	}
+	if err := json.Unmarshal(got.Plugins["process-tree"], &meta); err != nil || meta.RootPID == 0 || meta.RootPID != got.Pid {
+		t.Errorf("process.get plugins.process-tree = %s (%v), want root_pid %d, the run's first process it registered", got.Plugins["process-tree"], err, got.Pid)
 	}
 
 	// Lineage on the guest's kernel: a daemonized (double-forked) child, setsid, an exec chain, and a

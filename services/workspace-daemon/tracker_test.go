@@ -36,6 +36,9 @@ func TestProcessTrackerEBPF(t *testing.T) {
 	if r.ExitCode == nil || *r.ExitCode != 3 {
 		t.Fatalf("run ended %+v, want exit code 3", r)
 	}
+	if want := fmt.Sprintf(`{"root_pid":%d}`, r.Pid); string(r.Plugins["process-tree"]) != want {
+		t.Errorf("plugins.process-tree = %s, want %s: the run's first process, registered by the plugin's hook", r.Plugins["process-tree"], want)
+	}
 
 	// When process.wait returns, the run's cgroup has been killed and emptied, so every process of
 	// the run has exited; the records trail by the ring buffer's poll interval: wait for every exit.

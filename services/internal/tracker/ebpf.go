@@ -89,8 +89,8 @@ func (t *Tracker) Close() error {
 
 // RunHook is the ebpf source's part in every run (a tracked.Observer): Begin registers the run's
 // first process (bwrap) with the collector before the run's command is released, so that every
-// descendant is attributed to the run in the kernel; End reports how many events the run's record
-// holds. It is nil for the cgroup source.
+// descendant is attributed to the run in the kernel, and reports it as the run's metadata
+// ({"root_pid": N}). It is nil for the cgroup source.
 func (t *Tracker) RunHook() *RunHook {
 	if t.ebpf == nil {
 		return nil
@@ -103,18 +103,17 @@ type RunHook struct{ s *ebpfSource }
 
 // Begin registers the run; an error fails its start closed.
 func (h *RunHook) Begin(st *tracked.Status) (json.RawMessage, error) {
-	return nil, h.s.register(st.RunID, st.Pid)
+	if err := h.s.register(st.RunID, st.Pid); err != nil {
+		return nil, err
+	}
+	return json.Marshal(struct {
+		RootPID int `json:"root_pid"`
+	}{st.Pid})
 }
 
-// End reports the run's recorded events: {"events": N}.
-func (h *RunHook) End(st *tracked.Status, _ error) (json.RawMessage, error) {
-	h.s.mu.Lock()
-	n := h.s.counts[st.RunID]
-	h.s.mu.Unlock()
-	return json.Marshal(struct {
-		Events int `json:"events"`
-	}{n})
-}
+// End has nothing to add: the run's events trail it by the ring buffer's poll interval, so
+// process.events, not a count taken now, is their record.
+func (h *RunHook) End(*tracked.Status, error) (json.RawMessage, error) { return nil, nil }
 
 // Residue has nothing to look at: the collector follows the leftovers until they are killed.
 func (h *RunHook) Residue(*tracked.Status) error { return nil }
