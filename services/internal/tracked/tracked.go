@@ -168,7 +168,7 @@ type Hook struct {
 	// Frozen asks for the run's cgroup to be frozen around Begin and End (and Residue), for an
 	// observer that must see the sandbox still (the system-effects observer captures it). If any
 	// hook of a run asks, all of its hooks see the group frozen. Freezing a sandbox that bwrap is
-	// still setting up delays its start (by about 0.8 ms here), so hooks that need no still
+	// still setting up delays its start (by about 1 ms here: BenchmarkHooks), so hooks that need no still
 	// sandbox leave it unset: they are called at the same two moments, before the command is
 	// released (bwrap waits on its block fd) and after the group is empty.
 	Frozen bool
