@@ -67,6 +67,46 @@ func (c *Client) Call(ctx context.Context, action string, params any, result any
 	return decodeResponse(resp, action, result)
 }
 
+// StreamProtocol is the HTTP Upgrade token a stream action answers with (its byte stream).
+const StreamProtocol = "allox-stream"
+
+// Stream runs a stream action (e.g. network.connect on a session socket): when the daemon accepts
+// it, the connection switches to a byte stream, returned for the caller to read and write and
+// close; when it refuses, the *Error comes back as from Call. ctx bounds only the request, not the
+// stream.
+func (c *Client) Stream(ctx context.Context, action string, params any) (io.ReadWriteCloser, error) {
+	body, err := encodeRequest(action, params)
+	if err != nil {
+		return nil, fmt.Errorf("rpc %s: %w", action, err)
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.endpoint, bytes.NewReader(body))
+	if err != nil {
+		return nil, fmt.Errorf("rpc %s: %w", action, err)
+	}
+	req.Header.Set("Content-Type", ContentType)
+	req.Header.Set("Connection", "Upgrade")
+	req.Header.Set("Upgrade", StreamProtocol)
+	if c.token != "" {
+		req.Header.Set("Authorization", "Bearer "+c.token)
+	}
+	resp, err := c.http.Do(req)
+	if err != nil {
+		return nil, fmt.Errorf("rpc %s: %w", action, err)
+	}
+	if resp.StatusCode == http.StatusSwitchingProtocols {
+		if rw, ok := resp.Body.(io.ReadWriteCloser); ok {
+			return rw, nil
+		}
+		resp.Body.Close()
+		return nil, fmt.Errorf("rpc %s: BUG: the switched connection is not writable", action)
+	}
+	defer resp.Body.Close()
+	if err := decodeResponse(resp, action, nil); err != nil {
+		return nil, err
+	}
+	return nil, fmt.Errorf("rpc %s: the daemon replied HTTP %s without switching to a stream", action, resp.Status)
+}
+
 func encodeRequest(action string, params any) ([]byte, error) {
 	req := Request{Action: action}
 	if params != nil {

@@ -99,6 +99,9 @@ type Session struct {
 	// Quarantine is set when the store could not finish the session's recovery: every operation
 	// on it but session.delete fails with the code "quarantined".
 	Quarantine *Quarantine `json:"quarantine,omitempty"`
+	// Plugins is what the daemon's plugins report on the session, by plugin name (session-network:
+	// its mode).
+	Plugins map[string]json.RawMessage `json:"plugins,omitempty"`
 }
 
 // SessionInfo is session.info's result: the calling session, as its runs see it.

@@ -2,12 +2,16 @@ package daemon
 
 import (
 	"encoding/json"
+	"io"
 	"log/slog"
 	"mime"
+	"net"
 	"net/http"
 	"time"
 
 	"github.com/allox-os/allox/internal/rpc"
+	"github.com/allox-os/allox/services/internal/plugin"
+	"golang.org/x/net/http/httpguts"
 )
 
 // endpoint serves POST /v1/rpc on one listener.
@@ -34,8 +38,12 @@ func NewHandler(router *Router, origin Origin, token string, log *slog.Logger) h
 
 func (e *endpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
-	c := &Call{Origin: e.origin, Caller: e.caller}
+	c := &Call{Origin: e.origin, Caller: e.caller, Upgrade: wantsStream(r)}
 	result, err := e.handle(w, r, c)
+	if relay, ok := result.(plugin.Relay); ok && err == nil {
+		e.stream(w, r, c, relay, start)
+		return
+	}
 	status, rerr := writeResponse(w, result, err)
 	level, attrs := slog.LevelInfo, []slog.Attr{
 		slog.String("action", c.Action), slog.String("origin", e.origin.String()),
@@ -117,3 +125,43 @@ func writeResponse(w http.ResponseWriter, result any, err error) (int, *rpc.Erro
 	http.NewResponseController(w).Flush()
 	return status, resp.Error
 }
+
+// wantsStream reports whether the request asks to switch to a Stream action's byte stream.
+func wantsStream(r *http.Request) bool {
+	return httpguts.HeaderValuesContainsToken(r.Header["Connection"], "Upgrade") &&
+		httpguts.HeaderValuesContainsToken(r.Header["Upgrade"], plugin.StreamProtocol)
+}
+
+// stream switches the connection to a byte stream (101 Switching Protocols) and hands it to the
+// action's relay, without the listener's read and write deadlines.
+func (e *endpoint) stream(w http.ResponseWriter, r *http.Request, c *Call, relay plugin.Relay, start time.Time) {
+	conn, buf, err := http.NewResponseController(w).Hijack()
+	if err != nil {
+		e.log.LogAttrs(r.Context(), slog.LevelError, "stream: hijack failed", slog.String("action", c.Action), slog.String("error", err.Error()))
+		return
+	}
+	_ = conn.SetDeadline(time.Time{})
+	_, err = buf.WriteString("HTTP/1.1 101 Switching Protocols\r\nConnection: Upgrade\r\nUpgrade: " + plugin.StreamProtocol + "\r\n\r\n")
+	if err == nil {
+		err = buf.Flush()
+	}
+	if err == nil {
+		err = relay(&hijacked{Conn: conn, r: buf.Reader})
+	} else {
+		conn.Close()
+	}
+	level, attrs := slog.LevelInfo, []slog.Attr{slog.String("action", c.Action), slog.String("origin", e.origin.String()),
+		slog.Int("status", http.StatusSwitchingProtocols), slog.Duration("elapsed", time.Since(start))}
+	if err != nil {
+		level, attrs = slog.LevelWarn, append(attrs, slog.String("error", err.Error()))
+	}
+	e.log.LogAttrs(r.Context(), level, "rpc stream", attrs...)
+}
+
+// hijacked reads what the server had already buffered before the connection itself.
+type hijacked struct {
+	net.Conn
+	r io.Reader
+}
+
+func (h *hijacked) Read(p []byte) (int, error) { return h.r.Read(p) }

@@ -3,6 +3,7 @@ package daemon
 import (
 	"context"
 	"encoding/json"
+	"maps"
 	"time"
 
 	"github.com/allox-os/allox/internal/rpc"
@@ -31,22 +32,9 @@ type startParams struct {
 func StartParamNames() []string { names, _ := rpc.ParamNames(&startParams{}); return names }
 
 func (h workspaceHandlers) processStart(ctx context.Context, c *Call) (any, error) {
-	var all map[string]json.RawMessage
-	if err := rpc.DecodeParams(c.Params, &all); err != nil { // a JSON object, each key once
+	raw, owned, err := h.takePluginParams(c.Params, (*plugin.Loaded).TakeStartParams)
+	if err != nil {
 		return nil, err
-	}
-	var owned map[string]map[string]json.RawMessage
-	raw := c.Params
-	if h.plugins != nil {
-		var err error
-		if owned, err = h.plugins.TakeStartParams(all); err != nil {
-			return nil, err
-		}
-		if owned != nil {
-			if raw, err = json.Marshal(all); err != nil {
-				return nil, err
-			}
-		}
 	}
 	var p startParams
 	if err := rpc.DecodeParams(raw, &p); err != nil {
@@ -63,9 +51,16 @@ func (h workspaceHandlers) processStart(ctx context.Context, c *Call) (any, erro
 	if h.plugins != nil {
 		req.Extra = h.plugins.Extra()
 		base := plugin.RunStart{AgentID: p.AgentID, SessionID: p.SessionID, Managed: p.Managed}
-		if req.Hooks, undo, err = h.plugins.StartRun(ctx, base, owned); err != nil {
+		run, err := h.plugins.StartRun(ctx, base, owned)
+		if err != nil {
 			return nil, err
 		}
+		req.Hooks, undo = run.Hooks, run.Undo
+		if len(run.Env) > 0 && req.Extra.Env == nil {
+			req.Extra.Env = map[string]string{}
+		}
+		maps.Copy(req.Extra.Env, run.Env)
+		req.Extra.NetNS = run.NetNS
 	}
 	if req.Extra, err = h.sessionExtra(req); err != nil {
 		if undo != nil {
@@ -79,6 +74,24 @@ func (h workspaceHandlers) processStart(ctx context.Context, c *Call) (any, erro
 		return nil, err
 	}
 	return run(st), nil
+}
+
+// takePluginParams takes the plugins' params out of an action's params (take: process.start's or
+// session.create's) and returns the rest, re-encoded, with what each plugin owns.
+func (h workspaceHandlers) takePluginParams(params json.RawMessage, take func(*plugin.Loaded, map[string]json.RawMessage) (map[string]map[string]json.RawMessage, error)) (json.RawMessage, map[string]map[string]json.RawMessage, error) {
+	if h.plugins == nil {
+		return params, nil, nil
+	}
+	var all map[string]json.RawMessage
+	if err := rpc.DecodeParams(params, &all); err != nil { // a JSON object, each key once
+		return nil, nil, err
+	}
+	owned, err := take(h.plugins, all)
+	if err != nil || owned == nil {
+		return params, nil, err
+	}
+	rest, err := json.Marshal(all)
+	return rest, owned, err
 }
 
 // maxTimeout is the longest timeout process.start and process.wait accept.

@@ -117,7 +117,17 @@ func (r *Router) dispatch(ctx context.Context, a Action, ok bool, c *Call) (any,
 			return nil, err
 		}
 	}
-	return a.Handler(ctx, c)
+	if a.Stream && !c.Upgrade {
+		return nil, rpc.Errorf(rpc.CodeInvalidParams, "Upgrade",
+			"%s answers with a byte stream: send it with \"Connection: Upgrade\" and \"Upgrade: %s\" (the allox client does)", c.Action, plugin.StreamProtocol)
+	}
+	res, err := a.Handler(ctx, c)
+	if err == nil && a.Stream {
+		if _, ok := res.(plugin.Relay); !ok {
+			return nil, fmt.Errorf("BUG: stream action %s returned %T, not a plugin.Relay", c.Action, res)
+		}
+	}
+	return res, err
 }
 
 // ActionsOn returns the names of the actions served on the listener o, sorted. A session socket

@@ -8,12 +8,18 @@ import (
 
 	"github.com/allox-os/allox/internal/limit"
 	"github.com/allox-os/allox/internal/rpc"
+	"github.com/allox-os/allox/services/internal/audit"
+	"github.com/allox-os/allox/services/internal/plugin"
 	"github.com/allox-os/allox/services/internal/store"
 	"github.com/allox-os/allox/services/internal/tracked"
 	"github.com/allox-os/allox/services/internal/workspace"
 )
 
-func (h workspaceHandlers) sessionCreate(_ context.Context, c *Call) (any, error) {
+func (h workspaceHandlers) sessionCreate(ctx context.Context, c *Call) (any, error) {
+	raw, owned, err := h.takePluginParams(c.Params, (*plugin.Loaded).TakeSessionParams)
+	if err != nil {
+		return nil, err
+	}
 	var p struct {
 		AgentID         string          `json:"agent_id"`
 		SessionID       string          `json:"session_id"`
@@ -21,7 +27,7 @@ func (h workspaceHandlers) sessionCreate(_ context.Context, c *Call) (any, error
 		Limits          json.RawMessage `json:"limits"`
 		Quota           *int64          `json:"quota"`
 	}
-	if err := rpc.DecodeParams(c.Params, &p); err != nil {
+	if err := rpc.DecodeParams(raw, &p); err != nil {
 		return nil, err
 	}
 	var quota int64
@@ -38,6 +44,11 @@ func (h workspaceHandlers) sessionCreate(_ context.Context, c *Call) (any, error
 	s, err := h.w.CreateSessionWith(p.AgentID, p.SessionID, workspace.SessionOptions{TurnCheckpoints: p.TurnCheckpoints, Limits: limits, Quota: quota})
 	if err != nil {
 		return nil, err
+	}
+	if h.plugins != nil {
+		if err := h.plugins.CreateSession(ctx, p.AgentID, p.SessionID, owned); err != nil {
+			return nil, errors.Join(err, h.w.DeleteSession(p.AgentID, p.SessionID))
+		}
 	}
 	return h.session(s), nil
 }
@@ -77,6 +88,14 @@ func (h workspaceHandlers) sessionDelete(_ context.Context, c *Call) (any, error
 	}
 	if err := h.w.DeleteSession(p.AgentID, p.SessionID); err != nil {
 		return nil, err
+	}
+	if h.plugins != nil {
+		// The session is gone: what a plugin fails to drop is its leftover (cleared at its next
+		// start), recorded, not the caller's failure.
+		if err := h.plugins.SessionDeleted(p.AgentID, p.SessionID); err != nil {
+			h.w.Record(audit.Entry{Action: rpc.ActionSessionDelete, AgentID: p.AgentID, SessionID: p.SessionID,
+				Outcome: "internal", Error: err.Error(), Detail: "plugins' leftovers of the deleted session"})
+		}
 	}
 	// The session is gone: a socket that cannot be removed is the daemon's leftover, cleared
 	// at its next start, not the caller's failure.
@@ -151,6 +170,9 @@ func (h workspaceHandlers) session(s *store.Session) rpc.Session {
 	}
 	if q := s.Quarantine; q != nil {
 		out.Quarantine = &rpc.Quarantine{Reason: q.Reason, Since: q.Since}
+	}
+	if h.plugins != nil {
+		out.Plugins = h.plugins.SessionInfo(s.AgentID, s.ID)
 	}
 	return out
 }

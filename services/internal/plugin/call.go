@@ -3,6 +3,9 @@ package plugin
 import (
 	"context"
 	"encoding/json"
+	"io"
+
+	"github.com/allox-os/allox/internal/rpc"
 )
 
 // Origin says which listener a call arrived on.
@@ -70,9 +73,19 @@ type Call struct {
 	Origin Origin
 	// Caller is the session whose socket the call arrived on (Origin Session only, else nil).
 	Caller *SessionRef
+	// Upgrade says the client asked for a byte stream (HTTP "Upgrade: allox-stream"), which a
+	// Stream action's Relay then takes over.
+	Upgrade bool
 
 	after []func() error
 }
+
+// StreamProtocol is the HTTP Upgrade token of a Stream action's byte stream.
+const StreamProtocol = rpc.StreamProtocol
+
+// Relay takes over the connection of a Stream action once the daemon has switched it to a byte
+// stream (HTTP 101): it relays until either side is done and closes conn.
+type Relay func(conn io.ReadWriteCloser) error
 
 // AfterResponse runs f once the successful reply has been written and flushed to the client (for
 // effects such as power-off that would otherwise cut the reply short). It is not run when the call
@@ -96,6 +109,10 @@ type Action struct {
 	// ReadOnly actions change nothing and are not audited; every other call (refused ones too) is
 	// one line of the audit log (see Router.SetAudit).
 	ReadOnly bool
+	// Stream actions answer with a byte stream: the Handler decides (an error is an ordinary
+	// reply) and returns a Relay, which gets the connection after the switch. The client must ask
+	// for the stream (Call.Upgrade); a call that does not is refused naming the header.
+	Stream bool
 }
 
 // Where says, for a refusal, where an action of this scope is served.

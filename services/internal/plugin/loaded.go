@@ -153,8 +153,17 @@ func (l *Loaded) merge(p Plugin, c *Contribution, coreMounts []string) error {
 	for _, n := range slices.Sorted(maps.Keys(c.Env)) {
 		claim("env", n)
 	}
+	for _, n := range c.RunEnv {
+		claim("env", n)
+	}
 	for _, n := range p.StartParams {
 		claim("param", n)
+	}
+	for _, n := range p.SessionParams {
+		claim("session param", n)
+	}
+	if c.NetNS {
+		claim("netns", "of the runs")
 	}
 	for _, m := range c.Mounts {
 		if !filepath.IsAbs(m.Source) || !filepath.IsAbs(m.Target) || filepath.Clean(m.Target) != m.Target || m.Target == "/" {
@@ -201,6 +210,10 @@ func kindWord(kind string) string {
 		return "environment variable"
 	case "param":
 		return "process.start param"
+	case "session param":
+		return "session.create param"
+	case "netns":
+		return "network namespace"
 	}
 	return kind
 }
@@ -260,10 +273,19 @@ func Describe(known []Plugin) []Info {
 // TakeStartParams removes from params (a process.start's params object) those the plugins own and
 // returns them by plugin. A param owned by a plugin that is known but not enabled is refused,
 // naming the plugin and how to enable it.
-func (h *Loaded) TakeStartParams(params map[string]json.RawMessage) (map[string]map[string]json.RawMessage, error) {
-	var owned map[string]map[string]json.RawMessage
-	for _, p := range h.known {
-		for _, name := range p.StartParams {
+func (l *Loaded) TakeStartParams(params map[string]json.RawMessage) (map[string]map[string]json.RawMessage, error) {
+	return l.take(params, func(p Plugin) []string { return p.StartParams })
+}
+
+// TakeSessionParams does the same for a session.create's params (Plugin.SessionParams).
+func (l *Loaded) TakeSessionParams(params map[string]json.RawMessage) (map[string]map[string]json.RawMessage, error) {
+	return l.take(params, func(p Plugin) []string { return p.SessionParams })
+}
+
+func (l *Loaded) take(params map[string]json.RawMessage, owned func(Plugin) []string) (map[string]map[string]json.RawMessage, error) {
+	var out map[string]map[string]json.RawMessage
+	for _, p := range l.known {
+		for _, name := range owned(p) {
 			raw, ok := params[name]
 			if !ok {
 				continue
@@ -272,17 +294,17 @@ func (h *Loaded) TakeStartParams(params map[string]json.RawMessage) (map[string]
 				return nil, rpc.Errorf(rpc.CodeInvalidParams, "params."+name, "params.%s belongs to the %s plugin, which this daemon does not run: %s or leave it out",
 					name, p.Name, enableHint(p))
 			}
-			if owned == nil {
-				owned = map[string]map[string]json.RawMessage{}
+			if out == nil {
+				out = map[string]map[string]json.RawMessage{}
 			}
-			if owned[p.Name] == nil {
-				owned[p.Name] = map[string]json.RawMessage{}
+			if out[p.Name] == nil {
+				out[p.Name] = map[string]json.RawMessage{}
 			}
-			owned[p.Name][name] = raw
+			out[p.Name][name] = raw
 			delete(params, name)
 		}
 	}
-	return owned, nil
+	return out, nil
 }
 
 func enableHint(p Plugin) string {
@@ -292,34 +314,99 @@ func enableHint(p Plugin) string {
 	return "start the daemon with " + p.Flag
 }
 
-// StartRun lets every open plugin with a Run take part in one process.start, in load order. It
-// returns the run's hooks, in that order, and undo, which reverts what the plugins did if the run
-// does not start after all. When a plugin refuses the run, what the ones before it did is undone
-// and its error returned.
-func (h *Loaded) StartRun(ctx context.Context, base RunStart, params map[string]map[string]json.RawMessage) ([]tracked.Hook, func(), error) {
-	var hooks []tracked.Hook
+// Run is what the open plugins add to one run, from their Run: its hooks (in load order), the
+// per-run environment and the network namespace, and Undo, which reverts what the plugins did if
+// the run does not start after all.
+type Run struct {
+	Hooks []tracked.Hook
+	Env   map[string]string
+	NetNS *os.File
+	Undo  func()
+}
+
+// StartRun lets every open plugin with a Run take part in one process.start, in load order. When
+// a plugin refuses the run, what the ones before it did is undone and its error returned.
+func (l *Loaded) StartRun(ctx context.Context, base RunStart, params map[string]map[string]json.RawMessage) (Run, error) {
+	var run Run
 	var undo []func()
 	undoAll := func() {
 		for i := len(undo) - 1; i >= 0; i-- {
 			undo[i]()
 		}
 	}
-	for _, o := range h.open {
+	run.Undo = undoAll
+	for _, o := range l.open {
 		if o.c.Run == nil {
 			continue
 		}
-		r := &RunStart{AgentID: base.AgentID, SessionID: base.SessionID, Managed: base.Managed, Params: params[o.Name]}
+		r := &RunStart{AgentID: base.AgentID, SessionID: base.SessionID, Managed: base.Managed, Params: params[o.Name],
+			runEnv: o.c.RunEnv, mayNS: o.c.NetNS}
 		hook, err := o.c.Run(ctx, r)
 		undo = append(undo, r.undo...)
 		if err != nil {
 			undoAll()
-			return nil, nil, err
+			return Run{}, err
 		}
 		if hook != nil {
-			hooks = append(hooks, tracked.Hook{Name: o.Name, Observer: observer{hook}, Frozen: o.c.Frozen})
+			run.Hooks = append(run.Hooks, tracked.Hook{Name: o.Name, Observer: observer{hook}, Frozen: o.c.Frozen})
+		}
+		if len(r.env) > 0 && run.Env == nil {
+			run.Env = map[string]string{}
+		}
+		maps.Copy(run.Env, r.env)
+		if r.netns != nil {
+			run.NetNS = r.netns
 		}
 	}
-	return hooks, undoAll, nil
+	return run, nil
+}
+
+// CreateSession lets every open plugin with SessionHooks.Create take part in one session.create,
+// in load order, once the session exists. When one fails, every plugin is told the session is gone
+// (Deleted) before the error is returned; the caller removes the session itself.
+func (l *Loaded) CreateSession(ctx context.Context, agent, session string, params map[string]map[string]json.RawMessage) error {
+	for _, o := range l.open {
+		if o.c.Sessions == nil || o.c.Sessions.Create == nil {
+			continue
+		}
+		if err := o.c.Sessions.Create(ctx, SessionStart{AgentID: agent, SessionID: session, Params: params[o.Name]}); err != nil {
+			return errors.Join(err, l.SessionDeleted(agent, session))
+		}
+	}
+	return nil
+}
+
+// SessionDeleted tells every open plugin, in reverse load order, that a session is gone; it
+// returns their errors.
+func (l *Loaded) SessionDeleted(agent, session string) error {
+	var errs []error
+	for i := len(l.open) - 1; i >= 0; i-- {
+		o := l.open[i]
+		if o.c.Sessions == nil || o.c.Sessions.Deleted == nil {
+			continue
+		}
+		if err := o.c.Sessions.Deleted(agent, session); err != nil {
+			errs = append(errs, fmt.Errorf("the %s plugin: %w", o.Name, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// SessionInfo is what the open plugins report on one session, by plugin name (nil: nothing).
+func (l *Loaded) SessionInfo(agent, session string) map[string]json.RawMessage {
+	var out map[string]json.RawMessage
+	for _, o := range l.open {
+		if o.c.Sessions == nil || o.c.Sessions.Info == nil {
+			continue
+		}
+		if info := o.c.Sessions.Info(agent, session); info != nil {
+			if out == nil {
+				out = map[string]json.RawMessage{}
+			}
+			out[o.Name] = info
+		}
+	}
+	return out
 }
 
 // observer adapts a RunHook to tracked.Observer.

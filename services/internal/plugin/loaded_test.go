@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"os"
 	"strings"
 	"testing"
 
@@ -154,5 +155,74 @@ func TestMerge(t *testing.T) {
 	var re *rpc.Error
 	if !errors.As(err, &re) || re.Field != "params.off_opt" || !strings.Contains(re.Message, "--off") {
 		t.Errorf("a disabled plugin's param = %v, want refused naming params.off_opt and --off", err)
+	}
+}
+
+// TestPerRunAndSessionContributions checks what a plugin adds per run (its declared RunEnv and a
+// network namespace) and its part in the sessions' life: session.create params routed to it, a
+// failed Create telling every plugin the session is gone, Info by plugin name.
+func TestPerRunAndSessionContributions(t *testing.T) {
+	var log []string
+	var created []string
+	netPlugin := fake("net", Contribution{RunEnv: []string{"HTTPS_PROXY"}, NetNS: true,
+		Run: func(_ context.Context, r *RunStart) (RunHook, error) {
+			if r.SessionID == "proxied" {
+				if err := r.SetEnv("HTTPS_PROXY", "http://127.0.0.1:3128"); err != nil {
+					return nil, err
+				}
+			}
+			if err := r.SetEnv("UNDECLARED", "x"); err == nil {
+				t.Error("SetEnv of an undeclared variable succeeded")
+			}
+			return nil, r.SetNetNS(os.Stdin)
+		},
+		Sessions: &SessionHooks{
+			Create: func(_ context.Context, s SessionStart) error {
+				created = append(created, s.SessionID+" "+string(s.Params["network"]))
+				return nil
+			},
+			Info:    func(_, session string) json.RawMessage { return json.RawMessage(`{"mode":"proxy"}`) },
+			Deleted: func(_, session string) error { log = append(log, "net forgets "+session); return nil },
+		}}, &log)
+	netPlugin.SessionParams = []string{"network"}
+	failing := fake("later", Contribution{Sessions: &SessionHooks{
+		Create:  func(_ context.Context, s SessionStart) error { return errors.New("no room") },
+		Deleted: func(_, session string) error { log = append(log, "later forgets "+session); return nil },
+	}}, &log)
+	h, err := Open(context.Background(), deps(t), []Plugin{netPlugin, failing})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+
+	run, err := h.StartRun(context.Background(), RunStart{AgentID: "a", SessionID: "proxied"}, nil)
+	if err != nil || run.Env["HTTPS_PROXY"] != "http://127.0.0.1:3128" || run.NetNS != os.Stdin {
+		t.Errorf("StartRun = %+v, %v: want the run's env and netns", run, err)
+	}
+	params := map[string]json.RawMessage{"network": json.RawMessage(`"proxy"`), "agent_id": json.RawMessage(`"a"`)}
+	owned, err := h.TakeSessionParams(params)
+	if err != nil || len(params) != 1 {
+		t.Fatalf("TakeSessionParams = %v, %v (left %v)", owned, err, params)
+	}
+	log = nil
+	err = h.CreateSession(context.Background(), "a", "s", owned)
+	if err == nil || !strings.Contains(err.Error(), "no room") {
+		t.Fatalf("CreateSession = %v, want the later plugin's error", err)
+	}
+	if diff := cmp.Diff([]string{`s "proxy"`}, created); diff != "" {
+		t.Errorf("Create calls (-want +got):\n%s", diff)
+	}
+	if diff := cmp.Diff([]string{"later forgets s", "net forgets s"}, log); diff != "" {
+		t.Errorf("after a failed create (-want +got):\n%s", diff)
+	}
+	if got := h.SessionInfo("a", "s"); string(got["net"]) != `{"mode":"proxy"}` || len(got) != 1 {
+		t.Errorf("SessionInfo = %v", got)
+	}
+
+	// Two plugins that both start runs in namespaces of their own are refused.
+	other := fake("other-net", Contribution{NetNS: true}, &log)
+	_, err = Open(context.Background(), deps(t), []Plugin{fake("net2", Contribution{NetNS: true}, &log), other})
+	if !errors.Is(err, ErrConflict) || !strings.Contains(err.Error(), "network namespace") {
+		t.Errorf("two NetNS plugins = %v, want a conflict", err)
 	}
 }

@@ -21,7 +21,11 @@ package plugin
 import (
 	"context"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"log/slog"
+	"os"
+	"slices"
 
 	"github.com/allox-os/allox/services/internal/tracked"
 	"github.com/allox-os/allox/services/internal/workspace"
@@ -51,6 +55,9 @@ type Plugin struct {
 	// "checkpoint_id"). While the plugin is enabled they reach it in RunStart.Params; while it is
 	// installed but not enabled, a request that sets one is refused naming Flag.
 	StartParams []string
+	// SessionParams are the session.create params the plugin owns (session-network: "network"),
+	// routed and refused like StartParams; they reach its SessionHooks.Create.
+	SessionParams []string
 	// Open opens the plugin with the core services it may use and returns what it contributes.
 	// An error stops the daemon (the plugin was asked for).
 	Open func(ctx context.Context, core Core) (*Contribution, error)
@@ -87,8 +94,39 @@ type Contribution struct {
 	// tracked.Hook.Frozen): for a plugin that must see the sandbox still, as the system-effects
 	// observer does. It costs each run's start the wait for bwrap's setup to freeze.
 	Frozen bool
+	// RunEnv are the environment variables the plugin may set per run, from its Run
+	// (RunStart.SetEnv), e.g. only for the sessions whose mode wants them; like Env, no other
+	// contribution may name them.
+	RunEnv []string
+	// NetNS says the plugin starts runs in network namespaces of its own (RunStart.SetNetNS); only
+	// one plugin may.
+	NetNS bool
+	// Sessions, if set, takes part in every session's life.
+	Sessions *SessionHooks
 	// Close releases what the plugin holds; it is called once, in reverse load order.
 	Close func() error
+}
+
+// SessionHooks are a plugin's part in the sessions' life.
+type SessionHooks struct {
+	// Create is called once session.create has made the session, in load order, with the
+	// session.create params the plugin owns that the request set. An error removes the session
+	// again, and every plugin sees Deleted: a failed request changes nothing.
+	Create func(ctx context.Context, s SessionStart) error
+	// Info is what session.get and session.list report under plugins.<name> (nil: nothing).
+	Info func(agentID, sessionID string) json.RawMessage
+	// Deleted is called after session.delete has removed the session, and after a failed
+	// session.create (also for a plugin whose Create never ran: it must accept a session it does
+	// not know), in reverse load order: the plugin drops what it kept for the session. The
+	// session is gone either way, so an error is only reported.
+	Deleted func(agentID, sessionID string) error
+}
+
+// SessionStart is one session.create as a plugin's SessionHooks.Create sees it.
+type SessionStart struct {
+	AgentID, SessionID string
+	// Params are the session.create params the plugin owns that the request set, undecoded.
+	Params map[string]json.RawMessage
 }
 
 // RunStart is one process.start as a plugin's Run sees it.
@@ -100,7 +138,33 @@ type RunStart struct {
 	// set, undecoded.
 	Params map[string]json.RawMessage
 
-	undo []func()
+	undo   []func()
+	runEnv []string // what the plugin declared (Contribution.RunEnv)
+	env    map[string]string
+	mayNS  bool
+	netns  *os.File
+}
+
+// SetEnv sets one of the variables the plugin declared in Contribution.RunEnv for this run.
+func (r *RunStart) SetEnv(name, value string) error {
+	if !slices.Contains(r.runEnv, name) {
+		return fmt.Errorf("BUG: %s is not in the plugin's RunEnv", name)
+	}
+	if r.env == nil {
+		r.env = map[string]string{}
+	}
+	r.env[name] = value
+	return nil
+}
+
+// SetNetNS starts the run in the network namespace ns (the plugin must declare
+// Contribution.NetNS). The caller keeps ns open until the run has started (OnFailure or its hook).
+func (r *RunStart) SetNetNS(ns *os.File) error {
+	if !r.mayNS {
+		return errors.New("BUG: the plugin did not declare Contribution.NetNS")
+	}
+	r.netns = ns
+	return nil
 }
 
 // OnFailure registers f to be called if the run does not start after all (a later plugin refuses

@@ -47,6 +47,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"os"
 	"path/filepath"
 	"time"
 )
@@ -149,6 +150,9 @@ type Extra struct {
 	Env map[string]string
 	// Mounts are bound into a sandboxed run (managed runs see the whole system anyway).
 	Mounts []Mount
+	// NetNS is the network namespace the run is started in, for a session's own network; nil:
+	// the guest's.
+	NetNS *os.File
 }
 
 // Mount is a bind mount into a sandboxed run. Source is a path on the guest that bwrap, already
