@@ -354,7 +354,10 @@ func (m *Manager) prepare(req *StartRequest, r *run, dir, cwd string) (*exec.Cmd
 		cmd.SysProcAttr = &syscall.SysProcAttr{}
 	}
 	cmd.SysProcAttr.UseCgroupFD, cmd.SysProcAttr.CgroupFD = true, int(cgfd.Fd())
-	cmd.SysProcAttr.Pdeathsig = syscall.SIGKILL // bwrap dies with the daemon; --die-with-parent takes the sandbox along
+	// bwrap dies with the daemon; --die-with-parent takes the sandbox along. Pdeathsig is tied to
+	// the thread cmd is forked from, which the runtime keeps for the daemon's life unless a
+	// goroutine ends locked to it (see the package doc, Network).
+	cmd.SysProcAttr.Pdeathsig = syscall.SIGKILL
 	cmd.ExtraFiles = extra
 	// The output files stay open in the writers until supervise ends.
 	return cmd, release, func() { cgfd.Close(); closeFiles(extra) }, nil

@@ -37,7 +37,7 @@
 //   - Runs start with oom_score_adj RunOOMScoreAdj, written by the daemon
 //     (so that is also their floor): they are the OOM killer's first choice
 //     and cannot lower it to the daemon's protected value.
-//   - The network namespace is the guest's unless Config.UnshareNet (a new one per run) or
+//   - Network: the namespace is the guest's unless Config.UnshareNet (a new one per run) or
 //     Extra.NetNS (a session's own, kept by the session-network plugin). A run joins NetNS by
 //     being forked from a thread inside it (netns.Do around cmd.Start): bubblewrap cannot join
 //     an existing namespace (it only makes new ones), and a prefix running as the unprivileged
@@ -46,7 +46,11 @@
 //     switched back and returned to the runtime, which keeps it for the daemon's life, so the
 //     launcher's Pdeathsig (tied to the thread it was forked from) still means "the daemon died".
 //     Only if switching back fails is the thread discarded: that kills the launcher (Pdeathsig)
-//     and Start abandons the run (cgroup killed, ErrSandbox).
+//     and Start abandons the run (cgroup killed, ErrSandbox). The same holds for every run, in a
+//     namespace or not: a goroutine of the daemon that ends while locked to a thread ends the
+//     thread and kills every launcher forked from it, so code that locks a thread after runs have
+//     started must unlock it (Pdeathsig stays: a managed run has no --die-with-parent, and without
+//     it bwrap would outlive a crashed daemon until the next start's recovery).
 //
 // The package is domain code: it does not log and knows nothing about RPC.
 package tracked
