@@ -261,3 +261,44 @@ func TestSessionNamespaceBwrapArgs(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkStartInNamespace measures Start-to-exit of /bin/true in a session's network namespace
+// and, interleaved in the same run, in the guest's: what entering the namespace (netns.Do around
+// the fork) adds to a run's start.
+//
+//	sudo go test -run '^$' -bench StartInNamespace -benchtime 200x ./services/internal/tracked/
+func BenchmarkStartInNamespace(b *testing.B) {
+	e := newEnv(b, nil)
+	path := filepath.Join(e.state, "netns-bench")
+	if err := netns.Create(path); err != nil {
+		b.Fatal(err)
+	}
+	defer netns.Remove(path)
+	ns, err := netns.Open(path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer ns.Close()
+	var guest, session []time.Duration
+	startTrue := func(in *os.File, into *[]time.Duration) {
+		req := e.req("s1", "/bin/true")
+		req.Extra.NetNS = in
+		t0 := time.Now()
+		st := e.run(b, req)
+		*into = append(*into, time.Since(t0))
+		if st.State != StateExited || st.ExitCode != 0 {
+			b.Fatalf("status %+v", st)
+		}
+	}
+	b.ResetTimer()
+	for range b.N {
+		startTrue(nil, &guest)
+		startTrue(ns, &session)
+	}
+	b.StopTimer()
+	pg, ps := p50(guest), p50(session)
+	b.ReportMetric(float64(pg.Microseconds()), "guest-p50-µs")
+	b.ReportMetric(float64(ps.Microseconds()), "session-p50-µs")
+	b.ReportMetric(float64((ps - pg).Microseconds()), "added-p50-µs")
+	b.ReportMetric(float64(len(session)), "samples")
+}
