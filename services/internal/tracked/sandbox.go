@@ -79,7 +79,7 @@ func bwrapArgs(cfg *Config, req *StartRequest, cwd, tmpDir string, masks []strin
 		"--block-fd", strconv.Itoa(blockFD),
 		"--add-seccomp-fd", strconv.Itoa(seccompFD),
 	}
-	if cfg.UnshareNet {
+	if cfg.UnshareNet && req.Extra.NetNS == nil { // a session's namespace is entered by the fork (start.go)
 		a = append(a, "--unshare-net")
 	}
 	a = append(a, masks...)

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"github.com/allox-os/allox/services/internal/memfd"
+	"github.com/allox-os/allox/services/internal/netns"
 	"io"
 	"os"
 	"os/exec"
@@ -55,9 +56,21 @@ func (m *Manager) Start(ctx context.Context, req StartRequest) (*Status, error) 
 		return nil, fmt.Errorf("%w: %w", ErrSandbox, err)
 	}
 	r.st.Started = time.Now().UTC()
-	err = cmd.Start()
+	err, leaveErr := startIn(req.Extra.NetNS, cmd)
 	cleanup()
+	if leaveErr != nil { // started, but from a thread that is now discarded: Pdeathsig kills it
+		if r.ready != nil {
+			r.ready.Close()
+		}
+		release.Close()
+		_ = os.RemoveAll(r.st.Tmp)
+		_ = os.RemoveAll(dir)
+		return nil, fmt.Errorf("%w: %w", ErrSandbox, m.abandon(cmd, r.group, leaveErr))
+	}
 	if err != nil {
+		if r.ready != nil {
+			r.ready.Close()
+		}
 		release.Close()
 		closeOutput(cmd)
 		_ = m.cg.remove(r.group)
@@ -98,6 +111,31 @@ func (m *Manager) Start(ctx context.Context, req StartRequest) (*Status, error) 
 	}
 	go m.supervise(cmd, r, dir, req)
 	return st, nil
+}
+
+// startIn starts cmd, from a thread inside ns when ns is set (Extra.NetNS): the child is forked
+// on the calling thread and so is born in that thread's network namespace. err is cmd.Start's
+// (or entering ns failed: nothing started); leaveErr, with cmd started, is the failure to switch
+// the thread back, which discards the thread (netns.Do) and with it, through Pdeathsig, the
+// launcher: the caller abandons the run.
+func startIn(ns *os.File, cmd *exec.Cmd) (err, leaveErr error) {
+	if ns == nil {
+		return cmd.Start(), nil
+	}
+	var startErr error
+	started := false
+	doErr := netns.Do(ns, func() error {
+		startErr = cmd.Start()
+		started = startErr == nil
+		return nil
+	})
+	switch {
+	case doErr != nil && started:
+		return nil, doErr
+	case doErr != nil:
+		return fmt.Errorf("session network namespace: %w", doErr), nil
+	}
+	return startErr, nil
 }
 
 // admit lets every hook take its first look while bwrap waits on its block fd, in order, with the
@@ -316,7 +354,10 @@ func (m *Manager) prepare(req *StartRequest, r *run, dir, cwd string) (*exec.Cmd
 		cmd.SysProcAttr = &syscall.SysProcAttr{}
 	}
 	cmd.SysProcAttr.UseCgroupFD, cmd.SysProcAttr.CgroupFD = true, int(cgfd.Fd())
-	cmd.SysProcAttr.Pdeathsig = syscall.SIGKILL // bwrap dies with the daemon; --die-with-parent takes the sandbox along
+	// bwrap dies with the daemon; --die-with-parent takes the sandbox along. Pdeathsig is tied to
+	// the thread cmd is forked from, which the runtime keeps for the daemon's life unless a
+	// goroutine ends locked to it (see the package doc, Network).
+	cmd.SysProcAttr.Pdeathsig = syscall.SIGKILL
 	cmd.ExtraFiles = extra
 	// The output files stay open in the writers until supervise ends.
 	return cmd, release, func() { cgfd.Close(); closeFiles(extra) }, nil

@@ -37,8 +37,20 @@
 //   - Runs start with oom_score_adj RunOOMScoreAdj, written by the daemon
 //     (so that is also their floor): they are the OOM killer's first choice
 //     and cannot lower it to the daemon's protected value.
-//   - The network namespace is shared unless Config.UnshareNet; per-session
-//     networking is a plugin's concern.
+//   - Network: the namespace is the guest's unless Config.UnshareNet (a new one per run) or
+//     Extra.NetNS (a session's own, kept by the session-network plugin). A run joins NetNS by
+//     being forked from a thread inside it (netns.Do around cmd.Start): bubblewrap cannot join
+//     an existing namespace (it only makes new ones), and a prefix running as the unprivileged
+//     run uid cannot setns(2) into a namespace owned by the initial user namespace; the fork from
+//     a thread in the namespace needs no privileged helper in the run's launch. The thread is
+//     switched back and returned to the runtime, which keeps it for the daemon's life, so the
+//     launcher's Pdeathsig (tied to the thread it was forked from) still means "the daemon died".
+//     Only if switching back fails is the thread discarded: that kills the launcher (Pdeathsig)
+//     and Start abandons the run (cgroup killed, ErrSandbox). The same holds for every run, in a
+//     namespace or not: a goroutine of the daemon that ends while locked to a thread ends the
+//     thread and kills every launcher forked from it, so code that locks a thread after runs have
+//     started must unlock it (Pdeathsig stays: a managed run has no --die-with-parent, and without
+//     it bwrap would outlive a crashed daemon until the next start's recovery).
 //
 // The package is domain code: it does not log and knows nothing about RPC.
 package tracked
@@ -151,7 +163,9 @@ type Extra struct {
 	// Mounts are bound into a sandboxed run (managed runs see the whole system anyway).
 	Mounts []Mount
 	// NetNS is the network namespace the run is started in, for a session's own network; nil:
-	// the guest's.
+	// the guest's (or, with Config.UnshareNet, a new one of bwrap's). The run's launcher (its
+	// Prefix or bwrap, or a managed run's shell) is forked from a thread inside it, so the run and
+	// every descendant live in it; bwrap then gets no --unshare-net. The manager does not close it.
 	NetNS *os.File
 }
 
