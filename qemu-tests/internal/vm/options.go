@@ -32,6 +32,9 @@ type Options struct {
 	CPUs      int               // default 1
 	FwCfg     map[string]string // fw_cfg name (must start with "opt/") → string value
 	HostFwd   map[int]int       // guest TCP port → host port on 127.0.0.1; host port 0 picks a free one
+	// GuestFwd makes guest TCP connections to GuestFwdAddr:port reach the host's 127.0.0.1:port2
+	// (port → port2): the one way out of the guest's restricted user network, for test servers.
+	GuestFwd map[int]int
 	Machine   string            // default "q35"
 	ExtraArgs []string          // appended to the QEMU command line as they are
 
@@ -103,6 +106,11 @@ func (o Options) validate() error {
 			bad("FwCfg name %q: must start with \"opt/\" and hold no comma, e.g. \"opt/org.allox/token\"", name)
 		}
 	}
+	for guest, host := range o.GuestFwd {
+		if guest < 1 || guest > 65535 || host < 1 || host > 65535 {
+			bad("GuestFwd %d→%d: both ports must be 1..65535", guest, host)
+		}
+	}
 	for guest, host := range o.HostFwd {
 		if guest < 1 || guest > 65535 || host < 0 || host > 65535 {
 			bad("HostFwd %d→%d: guest port must be 1..65535, host port 0..65535 (0 picks one)", guest, host)
@@ -139,10 +147,14 @@ func (o Options) args(hostFwd map[int]int) []string {
 	for i, d := range o.Disks {
 		a = append(a, d.args(i)...)
 	}
-	if len(hostFwd) > 0 {
+	if len(hostFwd) > 0 || len(o.GuestFwd) > 0 {
 		netdev := "user,id=net0,restrict=on"
 		for _, guest := range sortedKeys(hostFwd) {
 			netdev += fmt.Sprintf(",hostfwd=tcp:127.0.0.1:%d-:%d", hostFwd[guest], guest)
+		}
+		// restrict=on keeps the guest from everything else: explicit forwards still work.
+		for _, guest := range sortedKeys(o.GuestFwd) {
+			netdev += fmt.Sprintf(",guestfwd=tcp:%s:%d-tcp:127.0.0.1:%d", GuestFwdAddr, guest, o.GuestFwd[guest])
 		}
 		// romfile= drops the iPXE option ROM: the guest boots its kernel directly, as Kata does.
 		a = append(a, "-netdev", netdev, "-device", "virtio-net-pci,netdev=net0,romfile=")
@@ -152,6 +164,9 @@ func (o Options) args(hostFwd map[int]int) []string {
 	}
 	return append(a, o.ExtraArgs...)
 }
+
+// GuestFwdAddr is the address in the guest's user network that Options.GuestFwd forwards from.
+const GuestFwdAddr = "10.0.2.100"
 
 // withSerialConsole makes ttyS0 the last console= so that /dev/console (init's output) is the
 // serial port the harness reads.

@@ -40,6 +40,15 @@ func TestArgs(t *testing.T) {
 			"-device", "virtio-net-pci,netdev=net0,romfile=",
 			"-fw_cfg", "name=opt/a,string=x,,y", "-fw_cfg", "name=opt/z,string=1", "-S"},
 	}, {
+		name: "guest forwards to the host's test servers",
+		opt:  Options{Accel: "tcg", Kernel: "/k", GuestFwd: map[int]int{8443: 41001, 8080: 41000}},
+		fwd:  map[int]int{8093: 40000},
+		want: []string{"-machine", "q35", "-accel", "tcg", "-m", "512", "-smp", "1",
+			"-nodefaults", "-nographic", "-no-reboot", "-serial", "stdio", "-kernel", "/k", "-append", "console=ttyS0",
+			"-netdev", "user,id=net0,restrict=on,hostfwd=tcp:127.0.0.1:40000-:8093," +
+				"guestfwd=tcp:10.0.2.100:8080-tcp:127.0.0.1:41000,guestfwd=tcp:10.0.2.100:8443-tcp:127.0.0.1:41001",
+			"-device", "virtio-net-pci,netdev=net0,romfile="},
+	}, {
 		name: "initrd",
 		opt:  Options{Accel: "tcg", Kernel: "/k", Initrd: "/i.cpio.gz", Cmdline: []string{"console=ttyS0,115200"}},
 		want: []string{"-machine", "q35", "-accel", "tcg", "-m", "512", "-smp", "1",
