@@ -90,8 +90,18 @@ func newRPCClient(url, token string) *rpc.Client {
 // boot starts the appliance in mode m with workspace (a raw disk, or "" for none) as the store disk.
 func (a *built) boot(ctx context.Context, tb testing.TB, m mode, workspace string) *booted {
 	tb.Helper()
+	return a.bootWith(ctx, tb, m, workspace, nil)
+}
+
+// bootWith is boot with edit applied to the QEMU options first (nil: none), e.g. to forward the
+// guest to test servers on this machine (vm.Options.GuestFwd).
+func (a *built) bootWith(ctx context.Context, tb testing.TB, m mode, workspace string, edit func(*vm.Options)) *booted {
+	tb.Helper()
 	token := newToken(tb)
 	opt := appliance.Options(a.dir, a.info, m, workspace, token)
+	if edit != nil {
+		edit(&opt)
+	}
 	v, err := vm.Start(ctx, tb, opt)
 	if err != nil {
 		tb.Fatalf("boot %s mode: %v", m, err)
