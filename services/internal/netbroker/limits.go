@@ -1,0 +1,153 @@
+package netbroker
+
+import (
+	"errors"
+	"io"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Limits bound each session's traffic. Zero fields mean the defaults.
+type Limits struct {
+	MaxConns       int           // connections (requests in flight, tunnels, relays) open at once per session; 64
+	ConnectTimeout time.Duration // to establish the TCP connection to the destination; 10 s
+	IdleTimeout    time.Duration // a connection with no byte moving either way for this long is closed; 5 min
+}
+
+func (l Limits) withDefaults() Limits {
+	if l.MaxConns <= 0 {
+		l.MaxConns = 64
+	}
+	if l.ConnectTimeout <= 0 {
+		l.ConnectTimeout = 10 * time.Second
+	}
+	if l.IdleTimeout <= 0 {
+		l.IdleTimeout = 5 * time.Minute
+	}
+	return l
+}
+
+// ErrLimit is returned (wrapped) when a session already has MaxConns connections open.
+var ErrLimit = errors.New("the session has too many connections open; close some or raise the broker's MaxConns")
+
+// slots is one session's connection budget: a semaphore of its own, so that one session at its
+// limit never waits on another's.
+type slots chan struct{}
+
+func (s slots) take() bool {
+	select {
+	case s <- struct{}{}:
+		return true
+	default:
+		return false
+	}
+}
+
+func (s slots) give() { <-s }
+
+// relay copies a to b and b to a until either side ends or nothing moves for idle, then closes
+// both. up counts a→b, down b→a.
+func relay(a io.ReadWriteCloser, b io.ReadWriteCloser, idle time.Duration) (up, down int64) {
+	w := newWatchdog(idle, func() { a.Close(); b.Close() })
+	var wg sync.WaitGroup
+	wg.Add(2)
+	go func() {
+		defer wg.Done()
+		up = copyActive(b, a, w)
+		closeWrite(b)
+	}()
+	go func() {
+		defer wg.Done()
+		down = copyActive(a, b, w)
+		closeWrite(a)
+	}()
+	wg.Wait()
+	w.stop()
+	a.Close()
+	b.Close()
+	return up, down
+}
+
+// closeWrite half-closes c when it can (so a client's EOF reaches the destination), else closes it.
+func closeWrite(c io.Closer) {
+	if cw, ok := c.(interface{ CloseWrite() error }); ok {
+		cw.CloseWrite()
+		return
+	}
+	c.Close()
+}
+
+func copyActive(dst io.Writer, src io.Reader, w *watchdog) int64 {
+	buf := make([]byte, 32<<10)
+	var n int64
+	for {
+		r, err := src.Read(buf)
+		if r > 0 {
+			w.touch()
+			m, werr := dst.Write(buf[:r])
+			n += int64(m)
+			w.touch()
+			if werr != nil {
+				return n
+			}
+		}
+		if err != nil {
+			return n
+		}
+	}
+}
+
+// watchdog calls fire once when touch has not been called for idle.
+type watchdog struct {
+	idle  time.Duration
+	last  atomic.Int64 // unix nanoseconds of the last activity
+	timer *time.Timer
+	fire  func()
+	done  atomic.Bool
+}
+
+func newWatchdog(idle time.Duration, fire func()) *watchdog {
+	w := &watchdog{idle: idle, fire: fire}
+	w.touch()
+	w.timer = time.AfterFunc(idle, w.check)
+	return w
+}
+
+func (w *watchdog) touch() { w.last.Store(time.Now().UnixNano()) }
+
+func (w *watchdog) check() {
+	if w.done.Load() {
+		return
+	}
+	left := w.idle - time.Since(time.Unix(0, w.last.Load()))
+	if left > 0 {
+		w.timer.Reset(left)
+		return
+	}
+	w.done.Store(true)
+	w.fire()
+}
+
+func (w *watchdog) stop() {
+	w.done.Store(true)
+	w.timer.Stop()
+}
+
+// idleConn is a destination connection of the HTTP proxy: every read and write must make
+// progress within idle.
+type idleConn struct {
+	net.Conn
+	idle time.Duration
+}
+
+func (c idleConn) Read(p []byte) (int, error) {
+	c.Conn.SetReadDeadline(time.Now().Add(c.idle))
+	return c.Conn.Read(p)
+}
+
+func (c idleConn) Write(p []byte) (int, error) {
+	c.Conn.SetWriteDeadline(time.Now().Add(c.idle))
+	return c.Conn.Write(p)
+}
