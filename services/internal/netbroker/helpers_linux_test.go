@@ -52,6 +52,7 @@ type nsHandle = netns.NsHandle
 type topology struct {
 	session, daemon, dest nsHandle
 	tlsPool               *x509.CertPool
+	stuck                 chan struct{} // a connection reached the stuck server
 }
 
 // newNS makes a network namespace with lo up and returns a handle to it.
@@ -217,7 +218,14 @@ func (t *topology) serve(tb testing.TB) {
 		c.Close()
 	})
 	stuck := listenIn(tb, t.dest, fmt.Sprintf(":%d", stuckPort))
-	go acceptLoop(stuck, func(c net.Conn) { tb.Cleanup(func() { c.Close() }) })
+	t.stuck = make(chan struct{}, 64)
+	go acceptLoop(stuck, func(c net.Conn) {
+		tb.Cleanup(func() { c.Close() })
+		select {
+		case t.stuck <- struct{}{}:
+		default:
+		}
+	})
 }
 
 func acceptLoop(ln net.Listener, fn func(net.Conn)) {
@@ -260,7 +268,7 @@ type fixture struct {
 	auditDir string
 }
 
-func newFixture(tb testing.TB, policy string, lim Limits) *fixture {
+func newFixture(tb testing.TB, policy string, lim Limits, opts ...func(*Config)) *fixture {
 	tb.Helper()
 	f := &fixture{topology: newTopology(tb)}
 	dir := tb.TempDir()
@@ -271,12 +279,16 @@ func newFixture(tb testing.TB, policy string, lim Limits) *fixture {
 	if err := os.Mkdir(f.auditDir, 0o700); err != nil {
 		tb.Fatal(err)
 	}
-	b, err := New(Config{
+	cfg := Config{
 		PolicyPath: f.policy, AuditDir: f.auditDir, Limits: lim,
 		Own:      []netip.Prefix{netip.MustParsePrefix("198.18.0.1/32")},
 		Resolver: testNames, Dialer: nsDialer{f.daemon},
 		AuditError: func(err error) { tb.Errorf("audit: %v", err) },
-	})
+	}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	b, err := New(cfg)
 	if err != nil {
 		tb.Fatal(err)
 	}
