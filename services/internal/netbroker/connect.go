@@ -38,28 +38,34 @@ func (b *Broker) Dial(ctx context.Context, agent, session, run, host string, por
 		s.finish(&rec, start)
 		return nil, err
 	}
+	if !s.enter() {
+		return fail(Failed, ErrClosed)
+	}
 	if !s.slots.take() {
+		s.active.Done()
 		return fail(Limited, fmt.Errorf("connect %s port %d: %w", host, port, ErrLimit))
 	}
+	release := func() { s.slots.give(); s.active.Done() }
 	t, err := b.resolve(ctx, agent, session, host, port)
 	rec.Rule = t.dec.Rule
-	if err != nil {
-		s.slots.give()
-		if errors.Is(err, ErrDenied) {
-			return fail(Denied, err)
-		}
+	switch {
+	case errors.Is(err, ErrDenied):
+		release()
+		return fail(Denied, err)
+	case err != nil:
+		release()
 		return fail(Failed, fmt.Errorf("connect: %w", err))
 	}
 	rec.Decision = Allowed
 	conn, addr, err := b.dial(ctx, t)
 	if err != nil {
-		s.slots.give()
+		release()
 		return fail(Failed, err)
 	}
 	rec.Address = addr.String()
 	if !s.track(conn) {
 		conn.Close()
-		s.slots.give()
+		release()
 		return fail(Failed, ErrClosed)
 	}
 	return &Tunnel{s: s, conn: conn, rec: rec, start: start}, nil
@@ -97,6 +103,7 @@ func (t *Tunnel) done(stream io.Closer) {
 	t.s.untrack(t.conn)
 	t.s.slots.give()
 	t.s.finish(&t.rec, t.start)
+	t.s.active.Done()
 }
 
 // Connect is Dial then Relay: for a caller with nothing to tell the client between the two. On

@@ -136,18 +136,32 @@ func (w *watchdog) stop() {
 }
 
 // idleConn is a destination connection of the HTTP proxy: every read and write must make
-// progress within idle.
+// progress within idle. Deadlines are moved at most every idle/16, not on every call.
 type idleConn struct {
 	net.Conn
-	idle time.Duration
+	idle        time.Duration
+	read, write deadline
 }
 
-func (c idleConn) Read(p []byte) (int, error) {
-	c.Conn.SetReadDeadline(time.Now().Add(c.idle))
+func (c *idleConn) Read(p []byte) (int, error) {
+	c.read.extend(c.Conn.SetReadDeadline, c.idle)
 	return c.Conn.Read(p)
 }
 
-func (c idleConn) Write(p []byte) (int, error) {
-	c.Conn.SetWriteDeadline(time.Now().Add(c.idle))
+func (c *idleConn) Write(p []byte) (int, error) {
+	c.write.extend(c.Conn.SetWriteDeadline, c.idle)
 	return c.Conn.Write(p)
+}
+
+// deadline moves a connection's deadline to now+idle when it was last moved more than idle/16
+// ago: the deadline always lies between idle×15/16 and idle ahead. One goroutine uses it.
+type deadline struct{ set time.Time }
+
+func (d *deadline) extend(set func(time.Time) error, idle time.Duration) {
+	now := time.Now()
+	if now.Sub(d.set) < idle/16 {
+		return
+	}
+	d.set = now
+	set(now.Add(idle))
 }

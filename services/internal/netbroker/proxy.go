@@ -35,6 +35,7 @@ type session struct {
 	mu            sync.Mutex
 	tunnels       map[io.Closer]struct{} // hijacked CONNECT conns and connect relays
 	closed        bool
+	active        sync.WaitGroup // handlers and tunnels; Add only under mu while !closed
 	closeSessOnce sync.Once
 }
 
@@ -47,12 +48,15 @@ func newSession(b *Broker, agent, id string) *session {
 		IdleConnTimeout:       90 * time.Second,
 		ResponseHeaderTimeout: b.limits.IdleTimeout,
 		DisableCompression:    true,
+		ReadBufferSize:        64 << 10,
+		WriteBufferSize:       64 << 10,
 	}
 	s.rp = &httputil.ReverseProxy{
 		Rewrite:       func(*httputil.ProxyRequest) {}, // Out is the absolute-URI request, hop-by-hop headers removed
 		Transport:     s.tr,
 		FlushInterval: 50 * time.Millisecond,
 		ErrorHandler:  s.proxyError,
+		BufferPool:    bufferPool{},
 	}
 	s.srv = &http.Server{
 		Handler:           s,
@@ -75,7 +79,19 @@ func (s *session) close() {
 		for c := range ts {
 			c.Close()
 		}
+		s.active.Wait() // every record is written when close returns
 	})
+}
+
+// enter counts a handler or tunnel that close waits for; false when the session is closed.
+func (s *session) enter() bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if s.closed {
+		return false
+	}
+	s.active.Add(1)
+	return true
 }
 
 // track registers c to be closed with the session; false when the session is already closed.
@@ -119,6 +135,11 @@ func (s *session) refuse(w http.ResponseWriter, r *Record, start time.Time, stat
 }
 
 func (s *session) ServeHTTP(w http.ResponseWriter, req *http.Request) {
+	if !s.enter() {
+		http.Error(w, ErrClosed.Error(), http.StatusServiceUnavailable)
+		return
+	}
+	defer s.active.Done()
 	if req.Method == http.MethodConnect {
 		s.serveCONNECT(w, req)
 		return
@@ -277,7 +298,7 @@ func (s *session) dialForRequest(ctx context.Context, _, _ string) (net.Conn, er
 	if err != nil {
 		return nil, err
 	}
-	return idleConn{Conn: c, idle: s.b.limits.IdleTimeout}, nil
+	return &idleConn{Conn: c, idle: s.b.limits.IdleTimeout}, nil
 }
 
 func (s *session) proxyError(w http.ResponseWriter, req *http.Request, err error) {
@@ -292,12 +313,21 @@ func (s *session) proxyError(w http.ResponseWriter, req *http.Request, err error
 	http.Error(w, err.Error(), status)
 }
 
+// bufferPool lends the reverse proxy 256 KiB buffers: fewer, larger copies for downloads.
+type bufferPool struct{}
+
+var buffers = sync.Pool{New: func() any { return new([256 << 10]byte) }}
+
+func (bufferPool) Get() []byte  { return buffers.Get().(*[256 << 10]byte)[:] }
+func (bufferPool) Put(b []byte) { buffers.Put((*[256 << 10]byte)(b)) }
+
 // countingWriter counts the response body and gives every write IdleTimeout to reach a client
 // that has stopped reading.
 type countingWriter struct {
 	http.ResponseWriter
 	rc     *http.ResponseController
 	idle   time.Duration
+	dl     deadline
 	n      int64
 	status int
 }
@@ -313,7 +343,7 @@ func (c *countingWriter) Write(p []byte) (int, error) {
 	if c.status == 0 {
 		c.status = http.StatusOK
 	}
-	c.rc.SetWriteDeadline(time.Now().Add(c.idle))
+	c.dl.extend(c.rc.SetWriteDeadline, c.idle)
 	n, err := c.ResponseWriter.Write(p)
 	c.n += int64(n)
 	return n, err
