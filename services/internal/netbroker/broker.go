@@ -9,8 +9,6 @@ import (
 	"os"
 	"sync"
 	"sync/atomic"
-
-	"golang.org/x/net/netutil"
 )
 
 // Resolver resolves host names for the broker; *net.Resolver is one.
@@ -146,7 +144,7 @@ func (b *Broker) Serve(ctx context.Context, agent, session string, ln net.Listen
 	stop := context.AfterFunc(ctx, s.close)
 	defer stop()
 	// Client connections beyond 4×MaxConns wait to be accepted; requests beyond MaxConns get 503.
-	if err := s.srv.Serve(netutil.LimitListener(ln, 4*b.limits.MaxConns)); err != nil && !errors.Is(err, net.ErrClosed) && !errors.Is(err, errServerClosed) {
+	if err := s.srv.Serve(&limitListener{Listener: ln, sem: make(chan struct{}, 4*b.limits.MaxConns)}); err != nil && !errors.Is(err, net.ErrClosed) && !errors.Is(err, errServerClosed) {
 		return fmt.Errorf("agent %s session %s: proxy: %w", agent, session, err)
 	}
 	return nil

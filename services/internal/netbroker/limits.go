@@ -7,6 +7,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"golang.org/x/sys/unix"
 )
 
 // Limits bound each session's traffic. Zero fields mean the defaults.
@@ -48,19 +50,33 @@ func (s slots) take() bool {
 func (s slots) give() { <-s }
 
 // relay copies a to b and b to a until either side ends or nothing moves for idle, then closes
-// both. up counts a→b, down b→a.
+// both. up counts a→b, down b→a. Between two TCP sockets the kernel moves the bytes (splice)
+// and the watchdog reads progress from the sockets' counters.
 func relay(a io.ReadWriteCloser, b io.ReadWriteCloser, idle time.Duration) (up, down int64) {
-	w := newWatchdog(idle, func() { a.Close(); b.Close() })
+	ta, tb := tcpOf(a), tcpOf(b)
+	var progress func() uint64
+	if ta != nil && tb != nil {
+		progress = func() uint64 { return tcpBytes(ta) + tcpBytes(tb) }
+	}
+	w := newWatchdog(idle, progress, func() { a.Close(); b.Close() })
+	cp := func(dst io.Writer, src io.Reader) int64 { return copyActive(dst, src, w) }
+	if progress != nil {
+		cp = func(dst io.Writer, src io.Reader) int64 {
+			n, _ := io.Copy(dst.(*net.TCPConn), src.(*net.TCPConn))
+			return n
+		}
+		a, b = ta, tb
+	}
 	var wg sync.WaitGroup
 	wg.Add(2)
 	go func() {
 		defer wg.Done()
-		up = copyActive(b, a, w)
+		up = cp(b, a)
 		closeWrite(b)
 	}()
 	go func() {
 		defer wg.Done()
-		down = copyActive(a, b, w)
+		down = cp(a, b)
 		closeWrite(a)
 	}()
 	wg.Wait()
@@ -99,17 +115,52 @@ func copyActive(dst io.Writer, src io.Reader, w *watchdog) int64 {
 	}
 }
 
-// watchdog calls fire once when touch has not been called for idle.
-type watchdog struct {
-	idle  time.Duration
-	last  atomic.Int64 // unix nanoseconds of the last activity
-	timer *time.Timer
-	fire  func()
-	done  atomic.Bool
+// tcpOf is the TCP socket below c, when c is one with nothing buffered above it.
+func tcpOf(c io.ReadWriteCloser) *net.TCPConn {
+	for {
+		switch v := c.(type) {
+		case *net.TCPConn:
+			return v
+		case bufferedConn:
+			if v.r.Buffered() > 0 {
+				return nil
+			}
+			c = v.Conn
+		case interface{ NetConn() net.Conn }:
+			c = v.NetConn()
+		default:
+			return nil
+		}
+	}
 }
 
-func newWatchdog(idle time.Duration, fire func()) *watchdog {
-	w := &watchdog{idle: idle, fire: fire}
+// tcpBytes is what c has received and had acknowledged so far, by the kernel's count.
+func tcpBytes(c *net.TCPConn) uint64 {
+	var n uint64
+	if rc, err := c.SyscallConn(); err == nil {
+		rc.Control(func(fd uintptr) {
+			if ti, err := unix.GetsockoptTCPInfo(int(fd), unix.IPPROTO_TCP, unix.TCP_INFO); err == nil {
+				n = ti.Bytes_received + ti.Bytes_acked
+			}
+		})
+	}
+	return n
+}
+
+// watchdog calls fire once when touch has not been called, and progress (when set) has not
+// changed, for idle.
+type watchdog struct {
+	idle     time.Duration
+	last     atomic.Int64 // unix nanoseconds of the last activity
+	timer    *time.Timer
+	fire     func()
+	done     atomic.Bool
+	progress func() uint64
+	seen     uint64 // progress at the last check; only check uses it
+}
+
+func newWatchdog(idle time.Duration, progress func() uint64, fire func()) *watchdog {
+	w := &watchdog{idle: idle, fire: fire, progress: progress}
 	w.touch()
 	w.timer = time.AfterFunc(idle, w.check)
 	return w
@@ -120,6 +171,12 @@ func (w *watchdog) touch() { w.last.Store(time.Now().UnixNano()) }
 func (w *watchdog) check() {
 	if w.done.Load() {
 		return
+	}
+	if w.progress != nil {
+		if p := w.progress(); p != w.seen {
+			w.seen = p
+			w.touch()
+		}
 	}
 	left := w.idle - time.Since(time.Unix(0, w.last.Load()))
 	if left > 0 {
@@ -165,3 +222,35 @@ func (d *deadline) extend(set func(time.Time) error, idle time.Duration) {
 	d.set = now
 	set(now.Add(idle))
 }
+
+// limitListener accepts at most n connections at once; the others wait in the backlog.
+// Unlike x/net's netutil.LimitListener, its connections give their socket back (NetConn), so
+// that a CONNECT tunnel can splice.
+type limitListener struct {
+	net.Listener
+	sem chan struct{}
+}
+
+func (l *limitListener) Accept() (net.Conn, error) {
+	l.sem <- struct{}{}
+	c, err := l.Listener.Accept()
+	if err != nil {
+		<-l.sem
+		return nil, err
+	}
+	return &limitedConn{Conn: c, release: func() { <-l.sem }}, nil
+}
+
+type limitedConn struct {
+	net.Conn
+	once    sync.Once
+	release func()
+}
+
+func (c *limitedConn) Close() error {
+	err := c.Conn.Close()
+	c.once.Do(c.release)
+	return err
+}
+
+func (c *limitedConn) NetConn() net.Conn { return c.Conn }

@@ -211,3 +211,40 @@ func TestStuckDestination(t *testing.T) {
 		t.Errorf("audit: stuck GET recorded %v, stuck tunnel %v: %+v", gateway, tunnel, f.audit(t))
 	}
 }
+
+// A tunnel that keeps moving bytes outlives the idle timeout (the kernel splices its bytes, so
+// the watchdog reads progress from the sockets), and one that stops is closed after it.
+func TestIdleTunnel(t *testing.T) {
+	const idle = time.Second
+	f := newFixture(t, "", Limits{IdleTimeout: idle})
+	resp, conn, br := rawCONNECT(t, f.session, fmt.Sprintf("web.test:%d", echoPort))
+	if resp.StatusCode != 200 {
+		t.Fatalf("CONNECT: %d", resp.StatusCode)
+	}
+	start := time.Now()
+	var up int64
+	lines := 0
+	for i := 0; time.Since(start) < 3*idle; i++ {
+		lines++
+		up += int64(len(fmt.Sprintf("line %d\n", i)))
+		fmt.Fprintf(conn, "line %d\n", i)
+		if got, err := br.ReadString('\n'); err != nil || got != fmt.Sprintf("echo line %d\n", i) {
+			t.Fatalf("after %v of traffic: %q %v: an active tunnel was closed", time.Since(start), got, err)
+		}
+		time.Sleep(idle / 4)
+	}
+	quiet := time.Now()
+	conn.SetReadDeadline(time.Now().Add(10 * idle))
+	if _, err := br.ReadByte(); err == nil {
+		t.Fatal("a quiet tunnel sent a byte")
+	} else if ne, ok := err.(net.Error); ok && ne.Timeout() {
+		t.Fatalf("a quiet tunnel was not closed within %v", 10*idle)
+	}
+	if d := time.Since(quiet); d < idle/2 {
+		t.Errorf("the quiet tunnel was closed after %v, well before the idle timeout %v", d, idle)
+	}
+	rec := f.waitAudit(t, 1)[0]
+	if rec.Kind != KindCONNECT || rec.BytesUp != up || rec.BytesDown != up+int64(lines*len("echo ")) || rec.DurationNS < (3*idle).Nanoseconds() {
+		t.Errorf("audit: %+v, want %d bytes up and %d down over %d lines", rec, up, up+int64(lines*len("echo ")), lines)
+	}
+}
