@@ -62,8 +62,11 @@ func (l AuditLog) log() audit.Log {
 	return audit.Log{Dir: l.Dir, Name: AuditFile, MaxBytes: l.MaxBytes, Keep: l.Keep}
 }
 
-// Append writes r as one line.
+// Append writes r as one line, its strings clipped (they come from requests).
 func (l AuditLog) Append(r Record) error {
+	for _, s := range []*string{&r.AgentID, &r.SessionID, &r.RunID, &r.Method, &r.Host, &r.Rule, &r.Error} {
+		*s = clip(*s)
+	}
 	line, err := json.Marshal(r)
 	if err != nil {
 		return fmt.Errorf("network audit: %w", err)

@@ -129,8 +129,9 @@ func (b *Broker) Reload() error {
 // Policy is the policy in force.
 func (b *Broker) Policy() *Policy { return b.policy.Load() }
 
-// Serve serves the session's proxy on ln until Close(agent, session), Shutdown or ctx ends; it
-// closes ln. It returns nil when stopped that way.
+// Serve serves the session's proxy on ln until Close(agent, session), Shutdown or ctx ends, or
+// ln fails; it closes ln, and on return the session is closed (its connect relays too) and may
+// be served again. It returns nil when stopped by Close, Shutdown or ctx.
 func (b *Broker) Serve(ctx context.Context, agent, session string, ln net.Listener) error {
 	s, err := b.session(agent, session)
 	if err != nil {
@@ -143,6 +144,7 @@ func (b *Broker) Serve(ctx context.Context, agent, session string, ln net.Listen
 	}
 	stop := context.AfterFunc(ctx, s.close)
 	defer stop()
+	defer b.drop(sessionKey{agent, session}, s)
 	// Client connections beyond 4×MaxConns wait to be accepted; requests beyond MaxConns get 503.
 	if err := s.srv.Serve(&limitListener{Listener: ln, sem: make(chan struct{}, 4*b.limits.MaxConns)}); err != nil && !errors.Is(err, net.ErrClosed) && !errors.Is(err, errServerClosed) {
 		return fmt.Errorf("agent %s session %s: proxy: %w", agent, session, err)
@@ -170,6 +172,16 @@ func (b *Broker) Shutdown() {
 	for _, s := range ss {
 		s.close()
 	}
+}
+
+// drop closes s and forgets it, unless another session has taken its place.
+func (b *Broker) drop(k sessionKey, s *session) {
+	b.mu.Lock()
+	if b.sessions[k] == s {
+		delete(b.sessions, k)
+	}
+	b.mu.Unlock()
+	s.close()
 }
 
 func (b *Broker) session(agent, session string) (*session, error) {

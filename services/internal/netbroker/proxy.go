@@ -116,7 +116,7 @@ func (s *session) untrack(cs ...io.Closer) {
 }
 
 func (s *session) newRecord(kind, method, host string, port uint16) Record {
-	return Record{Time: time.Now().UTC(), AgentID: s.agent, SessionID: s.id, Kind: kind, Method: method, Host: clip(host), Port: port}
+	return Record{Time: time.Now().UTC(), AgentID: s.agent, SessionID: s.id, Kind: kind, Method: method, Host: host, Port: port}
 }
 
 func (s *session) finish(r *Record, start time.Time) {

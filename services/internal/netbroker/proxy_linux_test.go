@@ -340,3 +340,43 @@ func writeFile(tb testing.TB, path, s string) {
 		tb.Fatal(err)
 	}
 }
+
+func TestServeLifecycle(t *testing.T) {
+	f := newFixture(t, "", Limits{})
+	ns := newNS(t)
+	get := func() int {
+		r, err := f.client(ns).Get("http://web.test:8080/")
+		if err != nil {
+			return -1
+		}
+		r.Body.Close()
+		return r.StatusCode
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- f.b.Serve(ctx, "a2", "s", listenIn(t, ns, "127.0.0.1:3128")) }()
+	if s := get(); s != 200 {
+		t.Fatalf("served: %d", s)
+	}
+	if err := f.b.Serve(context.Background(), "a2", "s", listenIn(t, ns, "127.0.0.1:3129")); !errors.Is(err, ErrServing) {
+		t.Errorf("a second Serve of the session: %v, want ErrServing", err)
+	}
+	cancel()
+	if err := <-done; err != nil {
+		t.Errorf("Serve after its context ended: %v", err)
+	}
+	if s := get(); s != -1 {
+		t.Errorf("after the context ended the proxy still answers: %d", s)
+	}
+	go func() { done <- f.b.Serve(context.Background(), "a2", "s", listenIn(t, ns, "127.0.0.1:3128")) }()
+	if s := get(); s != 200 {
+		t.Errorf("served again: %d", s)
+	}
+	f.b.Shutdown()
+	if err := <-done; err != nil {
+		t.Errorf("Serve after Shutdown: %v", err)
+	}
+	if err := f.b.Serve(context.Background(), "a2", "s", listenIn(t, ns, "127.0.0.1:3128")); !errors.Is(err, ErrClosed) {
+		t.Errorf("Serve on a shut broker: %v, want ErrClosed", err)
+	}
+}
