@@ -52,6 +52,18 @@
 // A malformed file refuses to load with an error naming file:line and the fix; a failed
 // Broker.Reload keeps the policy in force.
 //
+// # Limits
+//
+// Each session has its own connection budget (Limits.MaxConns, 64): requests in flight, CONNECT
+// tunnels and connect relays. One more is refused — 503 from the proxy, ErrLimit from Dial —
+// and audited as "limit". Client connections to the listener beyond 4×MaxConns wait to be
+// accepted. Dialling (resolution included) has Limits.ConnectTimeout (10 s); a connection on
+// which no byte moves either way for Limits.IdleTimeout (5 min) is closed, a forwarded
+// request whose destination sends no response header in that time gets 504. Sessions share
+// nothing on the data path: each has its own listener, server, connection pool, semaphore and
+// goroutines; the one shared thing is the audit file, appended once per request or tunnel, at
+// its end, under a short flock. Tunnels between two TCP sockets are spliced by the kernel.
+//
 // # What the audit knows
 //
 // Every proxied request, CONNECT tunnel and connect relay is one JSON line (Record) in the
