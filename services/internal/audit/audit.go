@@ -59,9 +59,12 @@ const (
 // maxField bounds every string of an entry: ids and messages come from requests.
 const maxField = 1024
 
-// Log appends to Dir/audit.jsonl. Zero MaxBytes and Keep mean the defaults.
+// Log appends to Dir/Name (Name empty means File, audit.jsonl). Zero MaxBytes and Keep mean the
+// defaults. Other logs of the daemon with their own line type (the network broker's) reuse its
+// rotation through Name and AppendLine.
 type Log struct {
 	Dir      string
+	Name     string
 	MaxBytes int64
 	Keep     int
 }
@@ -79,7 +82,12 @@ func (l Log) Append(e Entry) error {
 	if err != nil {
 		return fmt.Errorf("audit: %w", err)
 	}
-	line = append(line, '\n')
+	return l.AppendLine(append(line, '\n'))
+}
+
+// AppendLine writes line, which must be one JSON value ending in a newline, rotating first when
+// it would take the file past MaxBytes.
+func (l Log) AppendLine(line []byte) error {
 	for range 8 { // another Log may rotate between our open and our lock
 		f, err := l.open()
 		if err != nil {
@@ -94,7 +102,14 @@ func (l Log) Append(e Entry) error {
 	return errors.New("audit: the log kept being rotated under us")
 }
 
-func (l Log) path() string { return filepath.Join(l.Dir, File) }
+func (l Log) path() string { return filepath.Join(l.Dir, l.name()) }
+
+func (l Log) name() string {
+	if l.Name != "" {
+		return l.Name
+	}
+	return File
+}
 
 func (l Log) open() (*os.File, error) {
 	f, err := os.OpenFile(l.path(), os.O_WRONLY|os.O_APPEND|os.O_CREATE|unix.O_CLOEXEC, 0o600)
@@ -173,19 +188,24 @@ func clip(s string) string {
 	return s[:maxField] + "…"
 }
 
-// Read returns every entry still kept in dir, oldest first (the rotated files, then the log).
-func Read(dir string) ([]Entry, error) {
-	var out []Entry
+// Files returns the paths of the log named name in dir that are still kept, oldest first (the
+// rotated files, then the log itself, which may not exist yet).
+func Files(dir, name string) []string {
 	files := []string{}
 	for i := 1; ; i++ {
-		p := filepath.Join(dir, File+"."+strconv.Itoa(i))
+		p := filepath.Join(dir, name+"."+strconv.Itoa(i))
 		if _, err := os.Stat(p); err != nil {
 			break
 		}
 		files = append([]string{p}, files...)
 	}
-	files = append(files, filepath.Join(dir, File))
-	for _, p := range files {
+	return append(files, filepath.Join(dir, name))
+}
+
+// Read returns every entry still kept in dir, oldest first (the rotated files, then the log).
+func Read(dir string) ([]Entry, error) {
+	var out []Entry
+	for _, p := range Files(dir, File) {
 		f, err := os.Open(p)
 		if errors.Is(err, fs.ErrNotExist) {
 			continue
