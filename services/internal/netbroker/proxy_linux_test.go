@@ -347,6 +347,7 @@ func TestServeLifecycle(t *testing.T) {
 	get := func() int {
 		r, err := f.client(ns).Get("http://web.test:8080/")
 		if err != nil {
+			t.Logf("GET: %v", err)
 			return -1
 		}
 		r.Body.Close()
@@ -354,7 +355,8 @@ func TestServeLifecycle(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- f.b.Serve(ctx, "a2", "s", listenIn(t, ns, "127.0.0.1:3128")) }()
+	ln := listenIn(t, ns, "127.0.0.1:3128") // listening before get() dials it
+	go func() { done <- f.b.Serve(ctx, "a2", "s", ln) }()
 	if s := get(); s != 200 {
 		t.Fatalf("served: %d", s)
 	}
@@ -368,7 +370,8 @@ func TestServeLifecycle(t *testing.T) {
 	if s := get(); s != -1 {
 		t.Errorf("after the context ended the proxy still answers: %d", s)
 	}
-	go func() { done <- f.b.Serve(context.Background(), "a2", "s", listenIn(t, ns, "127.0.0.1:3128")) }()
+	ln = listenIn(t, ns, "127.0.0.1:3128")
+	go func() { done <- f.b.Serve(context.Background(), "a2", "s", ln) }()
 	if s := get(); s != 200 {
 		t.Errorf("served again: %d", s)
 	}
