@@ -115,8 +115,7 @@ func (b *fakeBroker) Connect(_ context.Context, agent, session, _, host string, 
 	return err
 }
 
-
-func (b *fakeBroker) Reload() error                  { return b.reloadErr }
+func (b *fakeBroker) Reload() error                   { return b.reloadErr }
 func (b *fakeBroker) Audit(q AuditQuery) (any, error) { return q, nil }
 
 type rig struct {
