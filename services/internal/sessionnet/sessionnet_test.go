@@ -12,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -79,6 +80,7 @@ type fakeBroker struct {
 	closed    []key
 	connected []string
 	reloadErr error
+	reloads   chan struct{}
 }
 
 func (b *fakeBroker) Serve(ctx context.Context, agent, session string, ln net.Listener) error {
@@ -115,7 +117,15 @@ func (b *fakeBroker) Connect(_ context.Context, agent, session, _, host string, 
 	return err
 }
 
-func (b *fakeBroker) Reload() error                   { return b.reloadErr }
+func (b *fakeBroker) Reload() error {
+	b.mu.Lock()
+	reloads, err := b.reloads, b.reloadErr
+	b.mu.Unlock()
+	if reloads != nil {
+		reloads <- struct{}{}
+	}
+	return err
+}
 func (b *fakeBroker) Audit(q AuditQuery) (any, error) { return q, nil }
 
 type rig struct {
@@ -447,3 +457,22 @@ func TestConfig(t *testing.T) {
 }
 
 func timeAfter() <-chan time.Time { return time.After(time.Millisecond) }
+
+// SIGHUP reloads the policy while the plugin is open, and no longer once it is closed.
+func TestReloadOnSIGHUP(t *testing.T) {
+	r := newRig(t, t.TempDir(), Config{Default: Proxy, HUP: true})
+	r.broker.mu.Lock()
+	r.broker.reloads = make(chan struct{}, 1)
+	r.broker.mu.Unlock()
+	if err := syscall.Kill(os.Getpid(), syscall.SIGHUP); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-r.broker.reloads:
+	case <-time.After(10 * time.Second):
+		t.Fatal("SIGHUP did not reload the policy")
+	}
+	if err := r.loaded.Close(); err != nil {
+		t.Fatal(err)
+	}
+}
