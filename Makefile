@@ -20,7 +20,8 @@ bin/mkimage: deps FORCE
 # Build the default appliance (images/allox.hcl) into $(OUT)/, and the appliances the QEMU tests need,
 # each the default one with one thing more: the eBPF process-tree provider ($(OUT)/process-tree/), a
 # dm-verity root ($(OUT)/verity/), the system-effects observer ($(OUT)/system-effects/), python3
-# for the session client's shims ($(OUT)/python/), the stand-in kata-agent ($(OUT)/kata-agent/,
+# for the session client's shims ($(OUT)/python/), the session-network plugin in proxy mode with
+# python3 and ssh ($(OUT)/session-network/), the stand-in kata-agent ($(OUT)/kata-agent/,
 # with bin/kata-agent-standin: not the real agent). Their kernel is the same, so the later builds
 # take it from the cache.
 image: bin/mkimage
@@ -29,6 +30,7 @@ image: bin/mkimage
 	bin/mkimage build -out $(OUT)/verity qemu-tests/testdata/verity.hcl
 	bin/mkimage build -out $(OUT)/system-effects qemu-tests/testdata/system-effects.hcl
 	bin/mkimage build -out $(OUT)/python qemu-tests/testdata/python.hcl
+	bin/mkimage build -out $(OUT)/session-network qemu-tests/testdata/session-network.hcl
 	CGO_ENABLED=0 $(GO) build -trimpath -buildvcs=false -ldflags=-buildid= -o bin/kata-agent-standin ./qemu-tests/internal/standin/kata-agent
 	bin/mkimage build -out $(OUT)/kata-agent qemu-tests/testdata/kata-agent.hcl
 

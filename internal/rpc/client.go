@@ -1,14 +1,17 @@
 package rpc
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"strings"
+	"time"
 )
 
 // Client calls the daemon's RPC endpoint. It is safe for concurrent use.
@@ -16,6 +19,9 @@ type Client struct {
 	endpoint string
 	token    string
 	http     *http.Client
+	// dial, when set, makes Stream's connection itself, so that the stream it returns can
+	// half-close (CloseWrite); http.Client's switched body cannot.
+	dial func(ctx context.Context) (net.Conn, error)
 }
 
 // NewClient returns a client for the daemon at baseURL (e.g. "http://127.0.0.1:8092"). A non-empty
@@ -39,7 +45,9 @@ func NewUnixClient(path string) *Client {
 		},
 		DisableCompression: true,
 	}
-	return NewClient("http://session", "", &http.Client{Transport: tr})
+	c := NewClient("http://session", "", &http.Client{Transport: tr})
+	c.dial = func(ctx context.Context) (net.Conn, error) { return d.DialContext(ctx, "unix", path) }
+	return c
 }
 
 // Call runs action with params (nil sends none) and decodes the result into result (nil discards
@@ -73,7 +81,8 @@ const StreamProtocol = "allox-stream"
 // Stream runs a stream action (e.g. network.connect on a session socket): when the daemon accepts
 // it, the connection switches to a byte stream, returned for the caller to read and write and
 // close; when it refuses, the *Error comes back as from Call. ctx bounds only the request, not the
-// stream.
+// stream. A stream of a NewUnixClient also has CloseWrite (half-close: the daemon reads EOF and
+// can still write).
 func (c *Client) Stream(ctx context.Context, action string, params any) (io.ReadWriteCloser, error) {
 	body, err := encodeRequest(action, params)
 	if err != nil {
@@ -88,6 +97,9 @@ func (c *Client) Stream(ctx context.Context, action string, params any) (io.Read
 	req.Header.Set("Upgrade", StreamProtocol)
 	if c.token != "" {
 		req.Header.Set("Authorization", "Bearer "+c.token)
+	}
+	if c.dial != nil {
+		return c.streamOwn(ctx, action, req)
 	}
 	resp, err := c.http.Do(req)
 	if err != nil {
@@ -105,6 +117,54 @@ func (c *Client) Stream(ctx context.Context, action string, params any) (io.Read
 		return nil, err
 	}
 	return nil, fmt.Errorf("rpc %s: the daemon replied HTTP %s without switching to a stream", action, resp.Status)
+}
+
+// streamOwn is Stream on a connection of its own (c.dial), written and read without the
+// http.Client, so that the switched stream keeps the connection's CloseWrite.
+func (c *Client) streamOwn(ctx context.Context, action string, req *http.Request) (io.ReadWriteCloser, error) {
+	conn, err := c.dial(ctx)
+	if err != nil {
+		return nil, fmt.Errorf("rpc %s: %w", action, err)
+	}
+	stop := context.AfterFunc(ctx, func() { conn.SetDeadline(time.Unix(1, 0)) })
+	br := bufio.NewReader(conn)
+	err = req.Write(conn)
+	var resp *http.Response
+	if err == nil {
+		resp, err = http.ReadResponse(br, req)
+	}
+	if !stop() || err != nil {
+		conn.Close()
+		if ctx.Err() != nil {
+			err = ctx.Err()
+		}
+		return nil, fmt.Errorf("rpc %s: %w", action, err)
+	}
+	if resp.StatusCode == http.StatusSwitchingProtocols {
+		return &stream{Conn: conn, r: br}, nil
+	}
+	defer conn.Close()
+	defer resp.Body.Close()
+	if err := decodeResponse(resp, action, nil); err != nil {
+		return nil, err
+	}
+	return nil, fmt.Errorf("rpc %s: the daemon replied HTTP %s without switching to a stream", action, resp.Status)
+}
+
+// stream is a switched connection: it reads what was buffered with the response first.
+type stream struct {
+	net.Conn
+	r *bufio.Reader
+}
+
+func (s *stream) Read(p []byte) (int, error) { return s.r.Read(p) }
+
+// CloseWrite half-closes the stream: the daemon reads EOF, and the stream can still be read.
+func (s *stream) CloseWrite() error {
+	if cw, ok := s.Conn.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return fmt.Errorf("half-close: %w", errors.ErrUnsupported)
 }
 
 func encodeRequest(action string, params any) ([]byte, error) {

@@ -18,12 +18,16 @@ type plugin struct {
 	title  string // what it is, e.g. "session share"
 	enable string // the daemon's flag that enables it
 	subs   string // its subcommands, for usage
+	// typed are the subcommands with typed arguments of their own, by name; the others call
+	// NAME.SUB with {"args": [...]}.
+	typed map[string]func(ctx context.Context, c *caller, args []string, stdin io.Reader) error
 }
 
 // plugins are the daemon's plugins the client knows.
 var plugins = []plugin{
 	{name: "share", title: "session share", enable: "--share-tools", subs: "status|enable|disable|read|write ..."},
-	{name: "network", title: "session network", enable: "--session-network isolated|proxy", subs: "connect HOST PORT"},
+	{name: "network", title: "session network", enable: "--session-network isolated|proxy", subs: "connect HOST PORT",
+		typed: map[string]func(context.Context, *caller, []string, io.Reader) error{"connect": networkConnect}},
 	{name: "monitor", title: "monitor", enable: "--monitor-root DIR", subs: "..."},
 }
 
@@ -31,13 +35,18 @@ func (p plugin) command() command {
 	return command{name: p.name, usage: p.name + " " + p.subs, run: p.run}
 }
 
-func (p plugin) run(ctx context.Context, c *caller, args []string, _ io.Reader) error {
+func (p plugin) run(ctx context.Context, c *caller, args []string, stdin io.Reader) error {
 	if len(args) == 0 {
 		return usagef("use: allox %s %s", p.name, p.subs)
 	}
-	action := p.name + "." + args[0]
-	rest := append([]string{}, args[1:]...)
-	err := c.call(ctx, action, map[string]any{"args": rest})
+	var err error
+	if typed, ok := p.typed[args[0]]; ok {
+		err = typed(ctx, c, args[1:], stdin)
+	} else {
+		action := p.name + "." + args[0]
+		rest := append([]string{}, args[1:]...)
+		err = c.call(ctx, action, map[string]any{"args": rest})
+	}
 	var re *rpc.Error
 	if errors.As(err, &re) && re.Code == rpc.CodeUnknownAction {
 		return fmt.Errorf("%s: the %s plugin is not enabled in this appliance: the workspace daemon enables it with %s", p.name, p.title, p.enable)

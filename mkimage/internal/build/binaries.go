@@ -65,8 +65,9 @@ func buildBinaries(ctx context.Context, s *state) error {
 	}
 	for _, svc := range s.opt.Spec.Services {
 		for _, p := range svc.Plugins {
-			for _, path := range slices.Sorted(maps.Keys(spec.PluginFiles[p])) {
-				s.files = append(s.files, rootfs.File{Path: path, Data: []byte(spec.PluginFiles[p][path])})
+			files := spec.PluginFilesOf(svc, p)
+			for _, path := range slices.Sorted(maps.Keys(files)) {
+				s.files = append(s.files, rootfs.File{Path: path, Data: []byte(files[path])})
 			}
 		}
 	}

@@ -27,6 +27,9 @@ type Sandbox struct {
 	AgentQuota      int64 `json:"agent_quota"`
 	MaxSessionQuota int64 `json:"max_session_quota"`
 	StoreReserve    int64 `json:"store_reserve"`
+	// SessionNetwork configures the session-network plugin (nil: the daemon's defaults, the
+	// plugin off).
+	SessionNetwork *SessionNetwork `json:"session_network,omitempty"`
 }
 
 // quotaAttrs are the sandbox block's quota attributes with their daemon flags, in render order.
@@ -48,7 +51,7 @@ const DaemonPackage = "./services/workspace-daemon"
 var sandboxSchema = &hcl.BodySchema{
 	Attributes: []hcl.AttributeSchema{{Name: "managed_execution"}, {Name: "runs_memory_reserve"},
 		{Name: "session_quota"}, {Name: "agent_quota"}, {Name: "max_session_quota"}, {Name: "store_reserve"}},
-	Blocks: []hcl.BlockHeaderSchema{{Type: "session_limits"}, {Type: "run_limits"}, {Type: "max_limits"}},
+	Blocks: []hcl.BlockHeaderSchema{{Type: "session_limits"}, {Type: "run_limits"}, {Type: "max_limits"}, {Type: "session_network"}},
 }
 
 var limitsSchema = &hcl.BodySchema{
@@ -77,6 +80,9 @@ func (d *decoder) decodeSandbox(key string, b *hcl.Block) *Sandbox {
 		if lb := d.block(c, b.Body, key+"."+l.typ, l.typ, false); lb != nil {
 			*l.dst = d.decodeLimits(key+"."+l.typ, lb)
 		}
+	}
+	if nb := d.block(c, b.Body, key+".session_network", "session_network", false); nb != nil {
+		s.SessionNetwork = d.decodeSessionNetwork(key+".session_network", nb)
 	}
 	return s
 }

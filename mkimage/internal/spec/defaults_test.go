@@ -4,6 +4,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/allox-os/allox/internal/manifest"
@@ -197,5 +198,57 @@ func TestPythonSpec(t *testing.T) {
 	}
 	if diff := cmp.Diff(def, py); diff != "" {
 		t.Errorf("python.hcl drifted from images/allox.hcl beyond python3-minimal (-default +python):\n%s", diff)
+	}
+}
+
+// The appliance of the guest's session-network tests is the default one plus the plugin in proxy
+// mode, python3-minimal and openssh-client, and a policy opening QEMU's gateway: nothing else may
+// differ. Its session_network block renders the daemon's flags and the installed policy.
+func TestSessionNetworkSpec(t *testing.T) {
+	def, sn := loadAppliances(t, "session-network.hcl")
+	checkPluginAppliance(t, def, sn, "session-network.hcl", []string{PluginSessionNetwork}, nil)
+	if got := PluginTag(PluginSessionNetwork); got != "allox_session_network" {
+		t.Errorf("PluginTag(session-network) = %q", got)
+	}
+	cmd := sn.Manifest().Services[0].Command
+	if want := []string{"--session-network=proxy", "--session-network-modes=disabled,isolated,proxy"}; !slices.Equal(cmd[len(cmd)-2:], want) {
+		t.Errorf("the daemon's command %q must end with %q", cmd, want)
+	}
+	files := PluginFilesOf(sn.Services[0], PluginSessionNetwork)
+	policy, ok := files[SessionNetworkPolicyFile]
+	if !ok || len(files) != 1 || !strings.HasSuffix(policy, "\nallow cidr 10.0.2.2/32\ndefault allow\n") {
+		t.Errorf("installed policy files %q: want %s with the rule before the default", files, SessionNetworkPolicyFile)
+	}
+	if def := PluginFiles[PluginSessionNetwork][SessionNetworkPolicyFile]; strings.Contains(def, "10.0.2.2/32\n") || !strings.HasSuffix(def, "\ndefault allow\n") {
+		t.Errorf("the plugin's default policy opens something or lacks its default:\n%s", def)
+	}
+	extra := []string{"openssh-client", "python3-minimal"}
+	if got := slices.DeleteFunc(slices.Clone(sn.Rootfs.Packages), func(p string) bool { return !slices.Contains(extra, p) }); !slices.Equal(got, extra) {
+		t.Errorf("session-network.hcl rootfs packages %q must hold %q", sn.Rootfs.Packages, extra)
+	}
+	sn.Rootfs.Packages = slices.DeleteFunc(sn.Rootfs.Packages, func(p string) bool { return slices.Contains(extra, p) })
+	if sb := sn.Services[0].Sandbox; sb == nil || sb.SessionNetwork == nil {
+		t.Fatal("session-network.hcl has no session_network block")
+	} else {
+		sb.SessionNetwork = nil
+	}
+	if diff := cmp.Diff(def, sn); diff != "" {
+		t.Errorf("session-network.hcl drifted from images/allox.hcl beyond the plugin (-default +session-network):\n%s", diff)
+	}
+}
+
+// A session_network block with its own policy path installs the policy there, and renders the flag.
+func TestSessionNetworkPolicyPath(t *testing.T) {
+	n := &SessionNetwork{Default: "isolated", Policy: "/etc/net.policy", Rules: "deny host *.example.com"}
+	svc := Service{Sandbox: &Sandbox{SessionNetwork: n}}
+	files := PluginFilesOf(svc, PluginSessionNetwork)
+	if p := files["/etc/net.policy"]; len(files) != 1 || !strings.HasSuffix(p, "\ndeny host *.example.com\ndefault allow\n") {
+		t.Errorf("policy files %q", files)
+	}
+	if diff := cmp.Diff([]string{"--session-network=isolated", "--session-network-policy=/etc/net.policy"}, svc.Sandbox.Flags()); diff != "" {
+		t.Errorf("flags (-want +got):\n%s", diff)
+	}
+	if got := PluginFilesOf(Service{}, PluginSystemEffects); len(got) != 1 {
+		t.Errorf("another plugin's files changed: %q", got)
 	}
 }

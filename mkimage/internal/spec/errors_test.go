@@ -192,7 +192,7 @@ func TestParseErrors(t *testing.T) {
 	}, {
 		name: "unknown plugin",
 		edit: []string{`command = ["/bin/store"]`, `build   = "./services/store"` + "\n  plugins = [\"process-tree\", \"proces-tree\"]\n  command = [\"/bin/store\"]"},
-		want: []string{`30:30: Unknown plugin: plugins may name "process-tree" or "system-effects"; got "proces-tree". Did you mean "process-tree"?`},
+		want: []string{`30:30: Unknown plugin: plugins may name "process-tree", "session-network" or "system-effects"; got "proces-tree". Did you mean "process-tree"?`},
 	}, {
 		name: "exclusive plugins",
 		edit: []string{`command = ["/bin/store"]`, `build   = "./services/store"` + "\n  plugins = [\"process-tree\", \"system-effects\"]\n  command = [\"/bin/store\"]"},
@@ -230,6 +230,30 @@ func TestParseErrors(t *testing.T) {
 		want: []string{
 			`35:21: Default above the maximum: session_quota (8GiB) is above max_session_quota (4GiB, test.hcl:36,25-31); lower the default or raise max_session_quota.`,
 			`37:21: Quota too small: store_reserve is 1024 bytes; give at least 1MiB (sizes take KiB, MiB, GiB, TiB).`,
+		},
+	}, {
+		name: "session network: unknown modes, default not allowed, relative policy, unknown key",
+		edit: []string{`command = ["/bin/daemon"]`, `build   = "./services/workspace-daemon"` + "\n  command = [\"/bin/daemon\"]\n  plugins = [\"session-network\"]\n  sandbox {\n    session_network {\n      default = \"proxy\"\n      modes   = [\"isolatd\", \"disabled\", \"disabled\"]\n      policy  = \"policy.conf\"\n      polcy   = \"x\"\n    }\n  }"},
+		want: []string{
+			`38:17: Default mode not allowed: modes does not hold the default mode "proxy" (test.hcl:37,17-24); add it to modes or change default.`,
+			`38:18: Unknown network mode: modes may name "disabled", "isolated" or "proxy"; got "isolatd". Did you mean "isolated"?`,
+			`38:41: Duplicate network mode: mode "disabled" is listed twice; remove one.`,
+			`39:17: Policy path not absolute: policy is the egress policy file's path in the image, outside every workspace; use a clean absolute path, e.g. "/etc/allox/session-network/policy"; got "policy.conf".`,
+			`40:7: Unsupported argument: An argument named "polcy" is not expected here. Did you mean "policy"? It is already set on line 39; remove one of the two.`,
+		},
+	}, {
+		name: "session network without the plugin, bad default, flag in command",
+		edit: []string{`command = ["/bin/daemon"]`, `build   = "./services/workspace-daemon"` + "\n  command = [\"/bin/daemon\", \"--session-network=proxy\"]\n  sandbox {\n    session_network {\n      default = \"isolated\"\n    }\n  }"},
+		want: []string{
+			`33:29: Flag belongs in the sandbox block: --session-network=proxy is rendered from the service's sandbox block; remove it from command and write sandbox { session_network { default = "proxy" } } instead.`,
+			`36:17: Plugin not installed: default = "isolated" needs the session-network plugin in the daemon; add plugins = ["session-network"] to service "daemon", or set default = "disabled".`,
+		},
+	}, {
+		name: "session network: unknown default, missing default",
+		edit: []string{`command = ["/bin/daemon"]`, `build   = "./services/workspace-daemon"` + "\n  command = [\"/bin/daemon\"]\n  sandbox {\n    session_network {\n      default = \"proxxy\"\n    }\n  }\n  }\n  service \"other\" {\n  build = \"./services/workspace-daemon\"\n  command = [\"/bin/x\"]\n  sandbox {\n    session_network {\n    }\n  }"},
+		want: []string{
+			`36:17: Unknown network mode: default may be "disabled", "isolated" or "proxy"; got "proxxy". Did you mean "proxy"?`,
+			`44:21: Missing required argument: The argument "default" is required, but no definition was found.`,
 		},
 	}, {
 		name: "sandbox block on another service",

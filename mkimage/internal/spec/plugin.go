@@ -8,12 +8,13 @@ import (
 
 // KnownPlugins are the optional plugins a service's plugins attribute may name. Each is linked
 // into the service's binary only when asked for, by building it with PluginTag(name).
-var KnownPlugins = []string{PluginProcessTree, PluginSystemEffects}
+var KnownPlugins = []string{PluginProcessTree, PluginSessionNetwork, PluginSystemEffects}
 
 // Plugin names.
 const (
-	PluginProcessTree   = "process-tree"   // the eBPF process-tree provider
-	PluginSystemEffects = "system-effects" // the system-effects observer, its verifiers and recover step
+	PluginProcessTree    = "process-tree"    // the eBPF process-tree provider
+	PluginSessionNetwork = "session-network" // per-session network namespaces, the proxy and its broker
+	PluginSystemEffects  = "system-effects"  // the system-effects observer, its verifiers and recover step
 )
 
 // PluginProgram is a separate program a plugin installs beside the service it is linked into.
@@ -32,7 +33,46 @@ const (
 
 // PluginFiles are the data files each plugin installs, path → content.
 var PluginFiles = map[string]map[string]string{
-	PluginSystemEffects: {ObserverScopeFile: defaultObserverScope},
+	PluginSystemEffects:  {ObserverScopeFile: defaultObserverScope},
+	PluginSessionNetwork: {SessionNetworkPolicyFile: defaultSessionNetworkPolicy},
+}
+
+// SessionNetworkPolicyFile is the egress policy the session-network plugin installs (the daemon's
+// default --session-network-policy).
+const SessionNetworkPolicyFile = "/etc/allox/session-network/policy"
+
+// defaultSessionNetworkPolicy adds no rule to the broker's built-in protections: link-local
+// (cloud metadata), loopback, the unspecified address, the guest's own addresses and the private
+// ranges are denied, everything else is allowed.
+var defaultSessionNetworkPolicy = sessionNetworkPolicy("")
+
+// sessionNetworkPolicy is the plugin's policy file with the image's own rules first.
+func sessionNetworkPolicy(rules string) string {
+	if rules != "" && !strings.HasSuffix(rules, "\n") {
+		rules += "\n"
+	}
+	return `# The session network's egress policy (allox session-network plugin). One rule a line, first
+# match wins; sections [agent AGENT] and [session AGENT/SESSION] override [global]:
+#   allow|deny host PATTERN [port PORTS]     e.g. allow host *.example.com port 443
+#   allow|deny cidr PREFIX [port PORTS]      e.g. allow cidr 10.0.2.2/32 port 8080-8090
+# Without a matching rule link-local (cloud metadata), loopback, the guest's own addresses and
+# private ranges are denied; then the default decides. Reload: SIGHUP or network.reload.
+` + rules + "default allow\n"
+}
+
+// PluginFilesOf are the data files plugin p installs for service svc, path → content: PluginFiles,
+// except the session network's policy, which the service's session_network block may move and
+// give rules of its own.
+func PluginFilesOf(svc Service, p string) map[string]string {
+	if p != PluginSessionNetwork || svc.Sandbox == nil || svc.Sandbox.SessionNetwork == nil {
+		return PluginFiles[p]
+	}
+	n := svc.Sandbox.SessionNetwork
+	path := n.Policy
+	if path == "" {
+		path = SessionNetworkPolicyFile
+	}
+	return map[string]string{path: sessionNetworkPolicy(n.Rules)}
 }
 
 // ObserverScopeFile is the system-effects scope file the plugin installs (the daemon's

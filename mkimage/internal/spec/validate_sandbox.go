@@ -10,15 +10,18 @@ import (
 
 // sandboxFlags are the daemon flags a sandbox block renders, with the attribute to write instead.
 var sandboxFlags = map[string]string{
-	"managed-execution":   "managed_execution = true",
-	"session-limits":      "session_limits { ... }",
-	"run-limits":          "run_limits { ... }",
-	"max-limits":          "max_limits { ... }",
-	"runs-memory-reserve": `runs_memory_reserve = "192MiB"`,
-	"session-quota":       `session_quota = "8GiB"`,
-	"agent-quota":         `agent_quota = "32GiB"`,
-	"max-session-quota":   `max_session_quota = "64GiB"`,
-	"store-reserve":       `store_reserve = "256MiB"`,
+	"managed-execution":      "managed_execution = true",
+	"session-limits":         "session_limits { ... }",
+	"run-limits":             "run_limits { ... }",
+	"max-limits":             "max_limits { ... }",
+	"runs-memory-reserve":    `runs_memory_reserve = "192MiB"`,
+	"session-quota":          `session_quota = "8GiB"`,
+	"agent-quota":            `agent_quota = "32GiB"`,
+	"max-session-quota":      `max_session_quota = "64GiB"`,
+	"store-reserve":          `store_reserve = "256MiB"`,
+	"session-network":        `session_network { default = "proxy" }`,
+	"session-network-modes":  `session_network { modes = ["isolated", "proxy"] }`,
+	"session-network-policy": `session_network { policy = "/etc/allox/session-network/policy" }`,
 }
 
 // Flags are the daemon flags the sandbox block renders, in a fixed order.
@@ -46,7 +49,7 @@ func (s *Sandbox) Flags() []string {
 			out = append(out, "--"+q.flag+"="+strconv.FormatInt(*q.v, 10))
 		}
 	}
-	return out
+	return append(out, s.SessionNetwork.flags()...)
 }
 
 // validateSandbox checks that the service's command does not carry the flags the sandbox block
@@ -68,6 +71,7 @@ func (d *decoder) validateSandbox(key string, s Service) {
 		d.errorf(key, "Sandbox block on another service",
 			"a sandbox block configures the workspace daemon's runs (build = %q); service %q is not built from it: move the block to the daemon's service block.", DaemonPackage, s.Name)
 	}
+	d.validateSessionNetwork(key+".session_network", s)
 	if sb.MaxSessionQuota > 0 && sb.SessionQuota > sb.MaxSessionQuota {
 		d.errorf(key+".session_quota", "Default above the maximum",
 			"session_quota (%s) is above max_session_quota (%s, %s); lower the default or raise max_session_quota.",

@@ -13,6 +13,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -90,6 +91,13 @@ type Config struct {
 	// leave free for the daemon's state. Any of them turns Btrfs simple quotas on. The image
 	// spec's sandbox block renders them.
 	SessionQuota, AgentQuota, MaxSessionQuota, StoreReserve int64
+	// SessionNetwork is the session-network plugin's default mode ("" or "disabled": the plugin
+	// is off; "isolated" or "proxy" enable it); SessionNetworkModes the modes session.create may
+	// choose (nil: all three); SessionNetworkPolicy the broker's egress policy file, outside
+	// every workspace. The image spec's session_network block renders them.
+	SessionNetwork       string
+	SessionNetworkModes  []string
+	SessionNetworkPolicy string
 	// SessionSockets is the directory of the sessions' own sockets (see SessionSockets), outside
 	// every workspace; Client the allox client bound into every sandboxed run with the python
 	// shims beside it ("" binds none).
@@ -113,6 +121,18 @@ const (
 	DefaultSessionSockets = "/run/allox/sessions"
 	DefaultClient         = DefaultObserverLibexec + "/allox"
 )
+
+// DefaultSessionNetworkPolicy is where the session-network plugin installs its default policy
+// (the default --session-network-policy).
+const DefaultSessionNetworkPolicy = "/etc/allox/session-network/policy"
+
+// The session network's modes (--session-network, --session-network-modes).
+var sessionNetworkModes = []string{"disabled", "isolated", "proxy"}
+
+// SessionNetworkOn reports whether the flags enable the session-network plugin.
+func (c Config) SessionNetworkOn() bool {
+	return c.SessionNetwork == "isolated" || c.SessionNetwork == "proxy"
+}
 
 // ProviderEBPF is the --process-tree-provider value of the eBPF provider.
 const ProviderEBPF = "ebpf"
@@ -170,6 +190,15 @@ func ParseFlags(args []string, stderr io.Writer) (Config, error) {
 	fset.Func("agent-quota", "every agent's space `limit` on the store (all its sessions), e.g. 32GiB; turns Btrfs simple quotas on", sizeFlag(&c.AgentQuota))
 	fset.Func("max-session-quota", "the largest `size` session.create's quota may ask for, e.g. 64GiB (default: --session-quota)", sizeFlag(&c.MaxSessionQuota))
 	fset.Func("store-reserve", "`size` all agents together leave free on the store for the daemon's state, e.g. 256MiB; turns Btrfs simple quotas on", sizeFlag(&c.StoreReserve))
+	fset.StringVar(&c.SessionNetwork, "session-network", "disabled", "default network `mode` of a session: disabled (the sandbox's own empty network), isolated (one namespace per session, loopback only) or proxy (isolated, plus the broker's proxy on 127.0.0.1:3128); isolated and proxy need the session-network plugin")
+	fset.Func("session-network-modes", "comma-separated network `modes` session.create may choose with \"network\" (default: disabled,isolated,proxy)", func(v string) error {
+		c.SessionNetworkModes = nil
+		for _, m := range strings.Split(v, ",") {
+			c.SessionNetworkModes = append(c.SessionNetworkModes, strings.TrimSpace(m))
+		}
+		return nil
+	})
+	fset.StringVar(&c.SessionNetworkPolicy, "session-network-policy", DefaultSessionNetworkPolicy, "egress policy `file` of the session network's broker, outside every workspace (reload: SIGHUP or network.reload)")
 	fset.StringVar(&c.SessionSockets, "session-sockets", DefaultSessionSockets, "`directory` of the sessions' own sockets, outside every workspace (the daemon makes it 0711 and clears it at start)")
 	fset.StringVar(&c.Client, "client", DefaultClient, "the allox client `program` bound at "+ClientTarget+" in every sandboxed run, with share.py and network.py beside it (\"\": bind none)")
 	if err := fset.Parse(args); err != nil {
@@ -239,6 +268,7 @@ func (c Config) Validate() error {
 	if c.ObserverScope != "" && !c.Observer {
 		errs = append(errs, errors.New("--observer-scope needs --observer: add --observer or drop the scope"))
 	}
+	errs = append(errs, c.validateSessionNetwork()...)
 	errs = append(errs, c.validateLimits()...)
 	if !c.SystemOnly {
 		errs = append(errs, c.validateSessionSockets()...)
@@ -334,6 +364,38 @@ func (c Config) validateSessionSockets() []error {
 	}
 	if c.Client != "" && !filepath.IsAbs(c.Client) {
 		errs = append(errs, fmt.Errorf("--client %s: use an absolute path, or --client \"\" to bind no client", c.Client))
+	}
+	return errs
+}
+
+// validateSessionNetwork checks the session network's flags.
+func (c Config) validateSessionNetwork() []error {
+	var errs []error
+	if c.SessionNetwork != "" && !slices.Contains(sessionNetworkModes, c.SessionNetwork) {
+		errs = append(errs, fmt.Errorf("--session-network %q: use disabled, isolated or proxy", c.SessionNetwork))
+	}
+	seen := map[string]bool{}
+	for _, m := range c.SessionNetworkModes {
+		switch {
+		case !slices.Contains(sessionNetworkModes, m):
+			errs = append(errs, fmt.Errorf("--session-network-modes: %q is not a network mode: list some of disabled, isolated, proxy, e.g. --session-network-modes isolated,proxy", m))
+		case seen[m]:
+			errs = append(errs, fmt.Errorf("--session-network-modes: %q is listed twice: name each mode once", m))
+		}
+		seen[m] = true
+	}
+	switch {
+	case c.SessionNetworkModes != nil && !c.SessionNetworkOn():
+		errs = append(errs, errors.New("--session-network-modes needs --session-network isolated or proxy: sessions choose a mode only while the plugin is enabled"))
+	case c.SessionNetworkModes != nil && slices.Contains(sessionNetworkModes, c.SessionNetwork) && !seen[c.SessionNetwork]:
+		errs = append(errs, fmt.Errorf("--session-network-modes %s does not hold the default mode %q (--session-network): add it", strings.Join(c.SessionNetworkModes, ","), c.SessionNetwork))
+	}
+	switch p := filepath.Clean(c.SessionNetworkPolicy); {
+	case !c.SessionNetworkOn():
+	case !filepath.IsAbs(p):
+		errs = append(errs, fmt.Errorf("--session-network-policy %q: name the policy file by its absolute path, outside every workspace, e.g. %s", c.SessionNetworkPolicy, DefaultSessionNetworkPolicy))
+	case c.Root != "" && (p == filepath.Clean(c.Root) || strings.HasPrefix(p, filepath.Clean(c.Root)+"/")):
+		errs = append(errs, fmt.Errorf("--session-network-policy %s is inside the workspace store %s (--root): keep the policy outside every workspace, e.g. %s", c.SessionNetworkPolicy, c.Root, DefaultSessionNetworkPolicy))
 	}
 	return errs
 }

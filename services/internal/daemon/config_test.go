@@ -23,7 +23,8 @@ func TestParseFlags(t *testing.T) {
 		State: filepath.Join(root, ".allox-state"), Bwrap: "bwrap", CgroupParent: "allox",
 		ObserverLibexec: DefaultObserverLibexec, ObserverPins: DefaultObserverPins, RunUID: 2000, RunGID: 2000,
 		RunRecords:     tracked.Retention{MaxRuns: 200, MaxAge: 168 * time.Hour, MaxBytes: 256 << 20},
-		SessionSockets: DefaultSessionSockets, Client: DefaultClient}
+		SessionSockets: DefaultSessionSockets, Client: DefaultClient,
+		SessionNetwork: "disabled", SessionNetworkPolicy: DefaultSessionNetworkPolicy}
 	if diff := cmp.Diff(want, got); diff != "" {
 		t.Errorf("ParseFlags mismatch (-want +got):\n%s", diff)
 	}
@@ -57,6 +58,13 @@ func TestParseFlagsErrors(t *testing.T) {
 		{"provider without tracker", []string{"--root", root, "--process-tree-provider", "ebpf"}, "needs --process-tracker"},
 		{"unknown provider", []string{"--root", root, "--process-tracker", "--process-tree-provider", "ptrace"}, `use "ebpf"`},
 		{"runs as root", []string{"--root", root, "--run-uid", "0"}, "a sandboxed run is never root"},
+		{"unknown network mode", []string{"--root", root, "--session-network", "open"}, `--session-network "open": use disabled, isolated or proxy`},
+		{"unknown allowed mode", []string{"--root", root, "--session-network", "proxy", "--session-network-modes", "proxy,open"}, `--session-network-modes: "open" is not a network mode`},
+		{"mode twice", []string{"--root", root, "--session-network", "proxy", "--session-network-modes", "proxy,proxy"}, `"proxy" is listed twice`},
+		{"modes without the plugin", []string{"--root", root, "--session-network-modes", "isolated"}, "--session-network-modes needs --session-network isolated or proxy"},
+		{"default not allowed", []string{"--root", root, "--session-network", "proxy", "--session-network-modes", "isolated"}, `does not hold the default mode "proxy"`},
+		{"relative policy", []string{"--root", root, "--session-network", "proxy", "--session-network-policy", "policy"}, "--session-network-policy \"policy\": name the policy file by its absolute path"},
+		{"policy in the store", []string{"--root", root, "--session-network", "isolated", "--session-network-policy", root + "/a/policy"}, "is inside the workspace store"},
 		{"runs in group root", []string{"--root", root, "--run-gid", "0"}, "--run-gid 0"},
 		{"bad guard port", []string{"--root", root, "--guard-ports", "1024,x"}, `"x" is not a port`},
 		{"negative run records keep", []string{"--root", root, "--run-records-keep", "-1"}, "--run-records-keep -1"},

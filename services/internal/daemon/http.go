@@ -2,6 +2,8 @@ package daemon
 
 import (
 	"encoding/json"
+	"errors"
+	"fmt"
 	"io"
 	"log/slog"
 	"mime"
@@ -165,3 +167,12 @@ type hijacked struct {
 }
 
 func (h *hijacked) Read(p []byte) (int, error) { return h.r.Read(p) }
+
+// CloseWrite half-closes the stream toward the client (a relay's end of one direction), where the
+// connection can (a session socket's and TCP's can).
+func (h *hijacked) CloseWrite() error {
+	if cw, ok := h.Conn.(interface{ CloseWrite() error }); ok {
+		return cw.CloseWrite()
+	}
+	return fmt.Errorf("half-close: %w", errors.ErrUnsupported)
+}
