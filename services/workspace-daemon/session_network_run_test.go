@@ -24,9 +24,6 @@ import (
 // mode; a bad mode is refused naming params.network. The daemon is built as mkimage builds it
 // for plugins = ["session-network"].
 func TestSessionNetworkInARealRun(t *testing.T) {
-	if _, err := os.Stat("plugin_session_network_placeholder.go"); err == nil {
-		t.Skip("the session-network plugin is built over the placeholder of its namespaces and broker (plugin_session_network_placeholder.go): replace it with the adapters over services/internal/netns and netbroker")
-	}
 	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "hello through the broker") }))
 	defer srv.Close()
 	port := srv.Listener.Addr().(*net.TCPAddr).Port
