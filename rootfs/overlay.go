@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"os"
 	"strings"
 
 	"github.com/allox-os/allox/initramfs"
@@ -33,6 +34,17 @@ type Overlay struct {
 	Hostname string
 	// Mountpoints are directories created (0755, root) where the tree has none yet.
 	Mountpoints []string
+	// Accounts are added to /etc/passwd and /etc/group (with their own group), unless an entry of
+	// the same name or id is there: the sandboxed runs' identity has a name, so that the tools
+	// agents run (ssh, git, pip) can look it up.
+	Accounts []Account
+}
+
+// Account is a system account with no login: its home is /nonexistent, its shell nologin.
+type Account struct {
+	Name     string
+	UID, GID int
+	Comment  string
 }
 
 // DefaultMountpoints are the directories every guest mounts something on. With the root filesystem
@@ -72,6 +84,11 @@ func (o Overlay) Apply(t *initramfs.Tree) error {
 		}
 	}
 	add(initramfs.Entry{Path: "/etc/resolv.conf", Mode: 0o644, Data: []byte{}}, "resolv.conf")
+	for _, a := range o.Accounts {
+		if err := addAccount(t, a); err != nil {
+			errs = append(errs, fmt.Errorf("account %s: %w", a.Name, err))
+		}
+	}
 	for i, m := range o.Mountpoints {
 		if err := ensureDir(t, m); err != nil {
 			errs = append(errs, fmt.Errorf("mountpoints[%d]: %w", i, err))
@@ -128,3 +145,49 @@ func ensureShell(t *initramfs.Tree) error {
 }
 
 func dirOf(p string) string { return p[:strings.LastIndexByte(p, '/')+1] }
+
+// addAccount appends a's lines to /etc/passwd and /etc/group, leaving a file that already has an
+// entry of its name or id as it is.
+func addAccount(t *initramfs.Tree, a Account) error {
+	for _, l := range []struct{ file, id, line string }{
+		{"/etc/passwd", fmt.Sprint(a.UID), fmt.Sprintf("%s:x:%d:%d:%s:/nonexistent:/usr/sbin/nologin", a.Name, a.UID, a.GID, a.Comment)},
+		{"/etc/group", fmt.Sprint(a.GID), fmt.Sprintf("%s:x:%d:", a.Name, a.GID)},
+	} {
+		path, err := t.Resolve(l.file)
+		if err != nil {
+			return err
+		}
+		e, ok := t.Lookup(path)
+		if !ok || e.Mode&fs.ModeType != 0 {
+			return fmt.Errorf("%s: the userland has no such regular file", l.file)
+		}
+		data := e.Data
+		if e.Source != "" {
+			if data, err = os.ReadFile(e.Source); err != nil {
+				return err
+			}
+		}
+		if hasEntry(string(data), a.Name, l.id) {
+			continue
+		}
+		if len(data) > 0 && data[len(data)-1] != '\n' {
+			data = append(data, '\n')
+		}
+		e.Data, e.Source, e.Size = append(append([]byte{}, data...), l.line+"\n"...), "", 0
+		if err := t.Set(e); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// hasEntry reports whether a passwd or group file has an entry named name or with the id id.
+func hasEntry(file, name, id string) bool {
+	for _, line := range strings.Split(file, "\n") {
+		f := strings.Split(line, ":")
+		if len(f) >= 3 && (f[0] == name || f[2] == id) {
+			return true
+		}
+	}
+	return false
+}

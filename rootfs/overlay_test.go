@@ -75,3 +75,37 @@ func TestOverlayApplyErrors(t *testing.T) {
 		}
 	}
 }
+
+// TestOverlayAccounts checks that the runs' account is appended to /etc/passwd and /etc/group (from
+// a file of the userland on disk, as the Debian tree has them), and that a file that already has
+// the name or the id is left as it is.
+func TestOverlayAccounts(t *testing.T) {
+	tr := mergedUsr(t)
+	passwd := filepath.Join(t.TempDir(), "passwd")
+	must(t, os.WriteFile(passwd, []byte("root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin"), 0o644))
+	must(t, tr.Add(initramfs.Entry{Path: "/etc/passwd", Mode: 0o644, Source: passwd}))
+	must(t, tr.AddFile("/etc/group", 0o644, []byte("root:x:0:\nbusy:x:2000:\n")))
+	o := Overlay{Accounts: []Account{{Name: "allox-run", UID: 2000, GID: 2000, Comment: "Allox sandboxed runs"}}}
+	if err := o.Apply(tr); err != nil {
+		t.Fatal(err)
+	}
+	e, _ := tr.Lookup("/etc/passwd")
+	want := "root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin\n" +
+		"allox-run:x:2000:2000:Allox sandboxed runs:/nonexistent:/usr/sbin/nologin\n"
+	if string(e.Data) != want || e.Source != "" || e.Mode != 0o644 {
+		t.Errorf("/etc/passwd = %q (source %q, mode %v), want %q", e.Data, e.Source, e.Mode, want)
+	}
+	if g, _ := tr.Lookup("/etc/group"); string(g.Data) != "root:x:0:\nbusy:x:2000:\n" {
+		t.Errorf("/etc/group = %q: a group with the id is there, want it untouched", g.Data)
+	}
+	// Applying again changes nothing: the name is there now.
+	if err := o.Apply(tr); err != nil {
+		t.Fatal(err)
+	}
+	if e2, _ := tr.Lookup("/etc/passwd"); string(e2.Data) != want {
+		t.Errorf("a second Apply changed /etc/passwd: %q", e2.Data)
+	}
+	if err := (Overlay{Accounts: o.Accounts}).Apply(mergedUsr(t)); err == nil || !strings.Contains(err.Error(), "/etc/passwd") {
+		t.Errorf("Apply on a userland without /etc/passwd = %v, want an error naming it", err)
+	}
+}

@@ -1,8 +1,8 @@
 # The appliance of the session-network guest tests: images/allox.hcl with the session-network plugin
 # in proxy mode, python3-minimal (for python3 /run/allox/network.py) and openssh-client (ssh with
-# ProxyCommand='allox network connect %h %p') in the userland, and a policy that opens 10.0.2.2, QEMU
-# user networking's gateway, which reaches the test machine's loopback, where the tests' servers
-# listen. Keep the rest in step with images/allox.hcl: the kernel inputs are the same, so
+# ProxyCommand='allox network connect %h %p') in the userland, and a policy that opens three ports
+# of 10.0.2.100, the address the QEMU tests forward (guestfwd, the user network otherwise restricted)
+# to their servers on the test machine's loopback; everything else private stays denied. Keep the rest in step with images/allox.hcl: the kernel inputs are the same, so
 # `make image` takes the kernel from the cache.
 # Relative paths are resolved against this file's directory (qemu-tests/testdata/).
 
@@ -108,7 +108,7 @@ service "workspace-daemon" {
     session_network {
       default = "proxy"
       modes   = ["disabled", "isolated", "proxy"]
-      rules   = "allow cidr 10.0.2.2/32\n"
+      rules   = "allow cidr 10.0.2.100/32 port 8080,8443,2222\n"
     }
   }
 }

@@ -14,6 +14,7 @@ import (
 	"github.com/allox-os/allox/initramfs"
 	"github.com/allox-os/allox/internal/artifact"
 	"github.com/allox-os/allox/internal/manifest"
+	"github.com/allox-os/allox/mkimage/internal/spec"
 	"github.com/allox-os/allox/rootfs"
 )
 
@@ -44,7 +45,8 @@ func stageRootfs(ctx context.Context, s *state) error {
 	if s.agent != nil {
 		bins = append(slices.Clone(bins), *s.agent)
 	}
-	ov := rootfs.Overlay{Binaries: bins, Files: s.files, Manifest: man.Bytes(), Hostname: s.opt.Spec.Init.Hostname, Mountpoints: mounts}
+	ov := rootfs.Overlay{Binaries: bins, Files: s.files, Manifest: man.Bytes(), Hostname: s.opt.Spec.Init.Hostname, Mountpoints: mounts,
+		Accounts: []rootfs.Account{spec.RunAccount}}
 	if err := ov.Apply(tree); err != nil {
 		return err
 	}

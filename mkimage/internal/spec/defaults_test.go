@@ -202,7 +202,7 @@ func TestPythonSpec(t *testing.T) {
 }
 
 // The appliance of the guest's session-network tests is the default one plus the plugin in proxy
-// mode, python3-minimal and openssh-client, and a policy opening QEMU's gateway: nothing else may
+// mode, python3-minimal and openssh-client, and a policy opening the tests' forwarded address: nothing else may
 // differ. Its session_network block renders the daemon's flags and the installed policy.
 func TestSessionNetworkSpec(t *testing.T) {
 	def, sn := loadAppliances(t, "session-network.hcl")
@@ -216,10 +216,10 @@ func TestSessionNetworkSpec(t *testing.T) {
 	}
 	files := PluginFilesOf(sn.Services[0], PluginSessionNetwork)
 	policy, ok := files[SessionNetworkPolicyFile]
-	if !ok || len(files) != 1 || !strings.HasSuffix(policy, "\nallow cidr 10.0.2.2/32\ndefault allow\n") {
+	if !ok || len(files) != 1 || !strings.HasSuffix(policy, "\nallow cidr 10.0.2.100/32 port 8080,8443,2222\ndefault allow\n") {
 		t.Errorf("installed policy files %q: want %s with the rule before the default", files, SessionNetworkPolicyFile)
 	}
-	if def := PluginFiles[PluginSessionNetwork][SessionNetworkPolicyFile]; strings.Contains(def, "10.0.2.2/32\n") || !strings.HasSuffix(def, "\ndefault allow\n") {
+	if def := PluginFiles[PluginSessionNetwork][SessionNetworkPolicyFile]; strings.Contains(def, "10.0.2.100/32") || !strings.HasSuffix(def, "\ndefault allow\n") {
 		t.Errorf("the plugin's default policy opens something or lacks its default:\n%s", def)
 	}
 	extra := []string{"openssh-client", "python3-minimal"}

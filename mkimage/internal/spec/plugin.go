@@ -2,6 +2,7 @@ package spec
 
 import (
 	"fmt"
+	"github.com/allox-os/allox/rootfs"
 	"slices"
 	"strings"
 )
@@ -141,3 +142,8 @@ func (d *decoder) validatePlugins(key string, s Service) {
 		}
 	}
 }
+
+// RunAccount names the sandboxed runs' identity in the image's /etc/passwd and /etc/group: the
+// workspace daemon's default --run-uid and --run-gid (2000), so that the tools agents run (ssh,
+// git, pip) can look their own user up.
+var RunAccount = rootfs.Account{Name: "allox-run", UID: 2000, GID: 2000, Comment: "Allox sandboxed runs"}
