@@ -25,6 +25,7 @@ const (
 	CodeNoSpace              Code = "no_space"               // the session's, agent's or store's space is used up; free some with a delete
 	CodeUnsupported          Code = "unsupported"            // this guest (kernel, build) cannot do it
 	CodeUnavailable          Code = "unavailable"            // the daemon is shutting down or the request was cancelled
+	CodeUnreachable          Code = "unreachable"            // the destination could not be reached (the network broker could not connect)
 	CodeInternal             Code = "internal"               // a bug or an unexpected system failure
 )
 
@@ -56,6 +57,8 @@ func (c Code) HTTPStatus() int {
 		return http.StatusNotImplemented
 	case CodeUnavailable:
 		return http.StatusServiceUnavailable
+	case CodeUnreachable:
+		return http.StatusBadGateway
 	default:
 		return http.StatusInternalServerError
 	}

@@ -6,6 +6,8 @@ package main
 // and the broker (services/internal/netbroker), adapted to the plugin's interfaces.
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/netip"
@@ -34,6 +36,18 @@ func (sessionNamespaces) Listen(ns *os.File, network, addr string) (net.Listener
 type sessionBroker struct {
 	*netbroker.Broker
 	auditDir string
+}
+
+// Dial is netbroker.Broker.Dial with its denial as sessionnet.ErrDenied.
+func (b sessionBroker) Dial(ctx context.Context, agent, session, run, host string, port uint16) (sessionnet.Tunnel, error) {
+	t, err := b.Broker.Dial(ctx, agent, session, run, host, port)
+	if errors.Is(err, netbroker.ErrDenied) {
+		return nil, fmt.Errorf("%w: %w", sessionnet.ErrDenied, err)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return t, nil
 }
 
 func (b sessionBroker) Audit(q sessionnet.AuditQuery) (any, error) {

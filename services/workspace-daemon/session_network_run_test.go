@@ -81,6 +81,12 @@ print("ifaces:", ",".join(l.split(":")[0].strip() for l in open("/proc/net/dev")
 	if got := string(r.Plugins["session-network"]); got != `{"mode":"proxy"}` {
 		t.Errorf("run metadata = %s", got)
 	}
+	connectRun := r.RunID
+	// A destination the policy denies: refused before the stream is switched, so the client says
+	// so and fails (the policy allows only 127.0.0.1; 10.0.0.1 is a private address).
+	if _, out := runOut("px", "/run/allox/bin/allox network connect 10.0.0.1 22 </dev/null 2>&1; echo exit=$?"); !strings.Contains(out, "denied by the network policy") || !strings.HasSuffix(out, "exit=1\n") {
+		t.Errorf("connect to a denied destination printed %q, want the policy's refusal and exit 1", out)
+	}
 	// A listener left by one run is reachable from the session's next run only.
 	var first rpc.Run
 	must(t, json.Unmarshal(mustPost(t, loop, `{"action":"process.start","params":{"agent_id":"a","session_id":"other","argv":["/usr/bin/python3","-c",`+
@@ -123,11 +129,17 @@ else: print("refused")'`
 		Records []struct {
 			Kind, Decision string
 			Port           int
+			RunID          string `json:"run_id"`
 		}
 	}
 	must(t, json.Unmarshal(mustPost(t, loop, `{"action":"network.audit","params":{"agent_id":"a","session_id":"px"}}`), &page))
-	if len(page.Records) != 2 {
-		t.Errorf("audit of px: %+v, want the proxied GET and the connect", page.Records)
+	if len(page.Records) != 3 {
+		t.Errorf("audit of px: %+v, want the proxied GET, the connect and the denied connect", page.Records)
+	}
+	for _, rec := range page.Records {
+		if rec.Kind == "connect" && rec.Decision == "allow" && rec.RunID != connectRun {
+			t.Errorf("the connect's audit names run %q, want %s, the run that made it (from the socket's peer)", rec.RunID, connectRun)
+		}
 	}
 }
 

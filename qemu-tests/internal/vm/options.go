@@ -34,9 +34,11 @@ type Options struct {
 	HostFwd   map[int]int       // guest TCP port → host port on 127.0.0.1; host port 0 picks a free one
 	// GuestFwd makes guest TCP connections to GuestFwdAddr:port reach the host's 127.0.0.1:port2
 	// (port → port2): the one way out of the guest's restricted user network, for test servers.
-	GuestFwd map[int]int
-	Machine   string            // default "q35"
-	ExtraArgs []string          // appended to the QEMU command line as they are
+	// Each connection gets its own relay, `busybox nc` (a socket chardev would carry one
+	// connection only, and never pass on its end).
+	GuestFwd  map[int]int
+	Machine   string   // default "q35"
+	ExtraArgs []string // appended to the QEMU command line as they are
 
 	// Kata's machine (see machine.go). Console picks the console device the harness reads.
 	Console Console
@@ -154,7 +156,7 @@ func (o Options) args(hostFwd map[int]int) []string {
 		}
 		// restrict=on keeps the guest from everything else: explicit forwards still work.
 		for _, guest := range sortedKeys(o.GuestFwd) {
-			netdev += fmt.Sprintf(",guestfwd=tcp:%s:%d-tcp:127.0.0.1:%d", GuestFwdAddr, guest, o.GuestFwd[guest])
+			netdev += fmt.Sprintf(",guestfwd=tcp:%s:%d-cmd:busybox nc 127.0.0.1 %d", GuestFwdAddr, guest, o.GuestFwd[guest])
 		}
 		// romfile= drops the iPXE option ROM: the guest boots its kernel directly, as Kata does.
 		a = append(a, "-netdev", netdev, "-device", "virtio-net-pci,netdev=net0,romfile=")

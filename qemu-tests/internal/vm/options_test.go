@@ -46,7 +46,7 @@ func TestArgs(t *testing.T) {
 		want: []string{"-machine", "q35", "-accel", "tcg", "-m", "512", "-smp", "1",
 			"-nodefaults", "-nographic", "-no-reboot", "-serial", "stdio", "-kernel", "/k", "-append", "console=ttyS0",
 			"-netdev", "user,id=net0,restrict=on,hostfwd=tcp:127.0.0.1:40000-:8093," +
-				"guestfwd=tcp:10.0.2.100:8080-tcp:127.0.0.1:41000,guestfwd=tcp:10.0.2.100:8443-tcp:127.0.0.1:41001",
+				"guestfwd=tcp:10.0.2.100:8080-cmd:busybox nc 127.0.0.1 41000,guestfwd=tcp:10.0.2.100:8443-cmd:busybox nc 127.0.0.1 41001",
 			"-device", "virtio-net-pci,netdev=net0,romfile="},
 	}, {
 		name: "initrd",

@@ -41,6 +41,9 @@ func NewHandler(router *Router, origin Origin, token string, log *slog.Logger) h
 func (e *endpoint) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	start := time.Now()
 	c := &Call{Origin: e.origin, Caller: e.caller, Upgrade: wantsStream(r)}
+	if e.origin == Session {
+		c.PeerPID = peerPID(r.Context())
+	}
 	result, err := e.handle(w, r, c)
 	if relay, ok := result.(plugin.Relay); ok && err == nil {
 		e.stream(w, r, c, relay, start)

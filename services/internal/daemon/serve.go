@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"golang.org/x/sys/unix"
 	"log/slog"
 	"net"
 	"net/http"
@@ -125,5 +126,34 @@ func newServer(ctx context.Context, h http.Handler, log *slog.Logger) *http.Serv
 		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
 		// Calls in flight finish when shutdown starts rather than being cancelled.
 		BaseContext: func(net.Listener) context.Context { return context.WithoutCancel(ctx) },
+		ConnContext: withPeer,
 	}
+}
+
+type peerKey struct{}
+
+// withPeer records, for a connection to an AF_UNIX socket (a session socket), the pid of the
+// process that connected (SO_PEERCRED, in the daemon's pid namespace), so that a call can name
+// the run it came from.
+func withPeer(ctx context.Context, c net.Conn) context.Context {
+	uc, ok := c.(*net.UnixConn)
+	if !ok {
+		return ctx
+	}
+	raw, err := uc.SyscallConn()
+	if err != nil {
+		return ctx
+	}
+	var cred *unix.Ucred
+	_ = raw.Control(func(fd uintptr) { cred, _ = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED) })
+	if cred == nil {
+		return ctx
+	}
+	return context.WithValue(ctx, peerKey{}, int(cred.Pid))
+}
+
+// peerPID is the pid withPeer recorded (0: none).
+func peerPID(ctx context.Context) int {
+	pid, _ := ctx.Value(peerKey{}).(int)
+	return pid
 }

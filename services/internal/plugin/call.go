@@ -73,6 +73,9 @@ type Call struct {
 	Origin Origin
 	// Caller is the session whose socket the call arrived on (Origin Session only, else nil).
 	Caller *SessionRef
+	// PeerPID is the process that connected to the session socket (SO_PEERCRED, in the daemon's
+	// pid namespace; 0 when unknown or on another listener): Workspace.RunOfPID names its run.
+	PeerPID int
 	// Upgrade says the client asked for a byte stream (HTTP "Upgrade: allox-stream"), which a
 	// Stream action's Relay then takes over.
 	Upgrade bool

@@ -2,7 +2,7 @@ package sessionnet
 
 import (
 	"context"
-	"fmt"
+	"errors"
 	"io"
 
 	"github.com/allox-os/allox/internal/rpc"
@@ -47,13 +47,21 @@ func (p *Plugin) connect(_ context.Context, c *plugin.Call) (any, error) {
 			"session %s/%s has network mode %q: network connect needs mode %q; create the session with \"network\": %q in session.create (or start the daemon with --session-network proxy)",
 			q.AgentID, q.SessionID, m, Proxy, Proxy)
 	}
-	// The stream outlives the request: the relay is bounded by the broker's limits and by Close.
-	ctx := p.ctx
+	// Decided and dialled before the stream is switched, so that a refusal is the call's error
+	// (the client prints it and fails); the relay is bounded by the broker's limits and by Close.
+	run := ""
+	if p.runOf != nil {
+		run = p.runOf(q.AgentID, q.SessionID, c.PeerPID)
+	}
+	t, err := p.broker.Dial(p.ctx, q.AgentID, q.SessionID, run, q.Host, uint16(q.Port))
+	switch {
+	case errors.Is(err, ErrDenied):
+		return nil, rpc.Errorf(rpc.CodeForbidden, "params.host", "network connect %s port %d: %v", q.Host, q.Port, err)
+	case err != nil:
+		return nil, rpc.Errorf(rpc.CodeUnreachable, "params.host", "network connect %s port %d: %v", q.Host, q.Port, err)
+	}
 	return plugin.Relay(func(conn io.ReadWriteCloser) error {
-		defer conn.Close()
-		if err := p.broker.Connect(ctx, q.AgentID, q.SessionID, "", q.Host, uint16(q.Port), conn); err != nil {
-			return fmt.Errorf("network connect %s port %d: %w", q.Host, q.Port, err)
-		}
+		t.Relay(conn)
 		return nil
 	}), nil
 }

@@ -7,6 +7,7 @@ import (
 	"bufio"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -25,10 +26,10 @@ import (
 
 type realNS struct{}
 
-func (realNS) Create(p string) error                { return netns.Create(p) }
-func (realNS) Open(p string) (*os.File, error)      { return netns.Open(p) }
-func (realNS) Remove(p string) error                { return netns.Remove(p) }
-func (realNS) RemoveAll(d string) error             { return netns.RemoveAll(d) }
+func (realNS) Create(p string) error                                { return netns.Create(p) }
+func (realNS) Open(p string) (*os.File, error)                      { return netns.Open(p) }
+func (realNS) Remove(p string) error                                { return netns.Remove(p) }
+func (realNS) RemoveAll(d string) error                             { return netns.RemoveAll(d) }
 func (realNS) Listen(f *os.File, n, a string) (net.Listener, error) { return netns.Listen(f, n, a) }
 
 type realBroker struct {
@@ -36,7 +37,20 @@ type realBroker struct {
 	dir string
 }
 
-func (b realBroker) Audit(q AuditQuery) (any, error) { return netbroker.ReadAudit(b.dir, netbroker.Query(q)) }
+func (b realBroker) Audit(q AuditQuery) (any, error) {
+	return netbroker.ReadAudit(b.dir, netbroker.Query(q))
+}
+
+func (b realBroker) Dial(ctx context.Context, agent, session, run, host string, port uint16) (Tunnel, error) {
+	t, err := b.Broker.Dial(ctx, agent, session, run, host, port)
+	if errors.Is(err, netbroker.ErrDenied) {
+		return nil, fmt.Errorf("%w: %w", ErrDenied, err)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return t, nil
+}
 
 func inode(t *testing.T, f *os.File) uint64 {
 	t.Helper()
@@ -86,7 +100,10 @@ func TestRealNamespacesAndBroker(t *testing.T) {
 	var c *plugin.Contribution
 	l, err := plugin.Open(context.Background(), plugin.Deps{State: state}, []plugin.Plugin{{
 		Manifest: plugin.Manifest{Name: Name, API: plugin.APIVersion}, Flag: "--session-network proxy", Enabled: true, SessionParams: SessionParams,
-		Open: func(ctx context.Context, core plugin.Core) (*plugin.Contribution, error) { c, err = open(ctx, core); return c, err }}})
+		Open: func(ctx context.Context, core plugin.Core) (*plugin.Contribution, error) {
+			c, err = open(ctx, core)
+			return c, err
+		}}})
 	if err != nil {
 		t.Fatal(err)
 	}

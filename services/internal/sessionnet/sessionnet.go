@@ -86,15 +86,27 @@ type Broker interface {
 	Serve(ctx context.Context, agent, session string, ln net.Listener) error
 	// Close stops serving the session: its listener and its connections.
 	Close(agent, session string)
-	// Connect relays stream to a TCP connection to host:port, if the policy allows it, and
-	// audits it; run is "" when the caller's run is not known.
-	Connect(ctx context.Context, agent, session, run, host string, port uint16, stream io.ReadWriteCloser) error
+	// Dial checks host:port against the policy and connects, for a connect the caller relays
+	// (Tunnel.Relay) or drops (Tunnel.Close); run is "" when the caller's run is not known. A
+	// destination the policy denies is an error wrapping ErrDenied; every outcome is audited.
+	Dial(ctx context.Context, agent, session, run, host string, port uint16) (Tunnel, error)
 	// Reload reads the policy file again, keeping the policy in force on error (which names
 	// file:line).
 	Reload() error
 	// Audit is one page of the audit.
 	Audit(q AuditQuery) (any, error)
 }
+
+// Tunnel is a connection the broker made for a connect.
+type Tunnel interface {
+	// Relay relays stream and the connection until both directions end, then closes both.
+	Relay(stream io.ReadWriteCloser)
+	// Close drops the connection unrelayed.
+	Close()
+}
+
+// ErrDenied is wrapped by Broker.Dial's error for a destination the policy denies.
+var ErrDenied = errors.New("denied by the network policy")
 
 // AuditQuery selects a page of the broker's audit (network.audit's params).
 type AuditQuery struct {
@@ -123,6 +135,7 @@ type Plugin struct {
 	broker Broker
 	state  string // the plugin's state directory
 	log    *slog.Logger
+	runOf  func(agent, session string, pid int) string // a session socket caller's run (nil: unknown)
 
 	ctx    context.Context // ends at Close: the proxies' Serve
 	cancel context.CancelFunc
@@ -167,7 +180,7 @@ func open(cfg Config, ns Namespaces, broker Broker, core plugin.Core) (*Plugin, 
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	p := &Plugin{cfg: cfg, ns: ns, broker: broker, state: core.State, log: log,
+	p := &Plugin{cfg: cfg, ns: ns, broker: broker, state: core.State, log: log, runOf: runOf(core),
 		modes: map[key]Mode{}, serving: map[key]bool{}}
 	for _, d := range []string{p.nsDir(), p.modeDir()} {
 		if err := os.MkdirAll(d, 0o700); err != nil {
@@ -236,4 +249,13 @@ func (p *Plugin) close() error {
 	p.mu.Unlock()
 	p.wg.Wait()
 	return p.ns.RemoveAll(p.nsDir())
+}
+
+// runOf names a session socket caller's run through the workspace service (none in tests of the
+// plugin's logic without one).
+func runOf(core plugin.Core) func(agent, session string, pid int) string {
+	if core.Workspace == nil {
+		return nil
+	}
+	return core.Workspace.RunOfPID
 }

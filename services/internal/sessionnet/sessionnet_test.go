@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"os"
@@ -109,13 +110,21 @@ func (b *fakeBroker) Close(agent, session string) {
 	}
 }
 
-func (b *fakeBroker) Connect(_ context.Context, agent, session, _, host string, port uint16, stream io.ReadWriteCloser) error {
+// Dial refuses host "denied.test" as the policy would, and otherwise echoes what it relays.
+func (b *fakeBroker) Dial(_ context.Context, agent, session, _, host string, port uint16) (Tunnel, error) {
+	if host == "denied.test" {
+		return nil, fmt.Errorf("%w: by policy:3", ErrDenied)
+	}
 	b.mu.Lock()
 	b.connected = append(b.connected, agent+"/"+session+" "+net.JoinHostPort(host, strconv.Itoa(int(port))))
 	b.mu.Unlock()
-	_, err := io.Copy(stream, stream)
-	return err
+	return echoTunnel{}, nil
 }
+
+type echoTunnel struct{}
+
+func (echoTunnel) Relay(stream io.ReadWriteCloser) { io.Copy(stream, stream); stream.Close() }
+func (echoTunnel) Close()                          {}
 
 func (b *fakeBroker) Reload() error {
 	b.mu.Lock()
@@ -381,6 +390,8 @@ func TestConnect(t *testing.T) {
 		{`{"agent_id":"a","session_id":"iso","host":"example.com","port":22}`, "session_id", `has network mode "isolated": network connect needs mode "proxy"`},
 		{`{"agent_id":"a","session_id":"px","port":22}`, "params.host", "params.host is required"},
 		{`{"agent_id":"a","session_id":"px","host":"h","port":70000}`, "params.port", "params.port 70000"},
+		// Denied before the stream is switched: the call's error, which the client prints.
+		{`{"agent_id":"a","session_id":"px","host":"denied.test","port":22}`, "params.host", "denied by the network policy: by policy:3"},
 	} {
 		_, err := call(tc.params)
 		var re *rpc.Error

@@ -6,6 +6,8 @@ import (
 	"github.com/allox-os/allox/internal/atomicfile"
 	"os"
 	"path/filepath"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -299,4 +301,31 @@ func traversable(dir string, uid, gid uint32) error {
 			return nil
 		}
 	}
+}
+
+// RunOfPID names the run the process pid is in (its cgroup v2 group, from /proc/<pid>/cgroup, is
+// one of this manager's run groups), or "" when it is in none: how a session socket's caller is
+// attributed to its run.
+func (m *Manager) RunOfPID(pid int) (agent, session, run string) {
+	b, err := os.ReadFile(filepath.Join("/proc", strconv.Itoa(pid), "cgroup"))
+	if err != nil {
+		return "", "", ""
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		group, ok := strings.CutPrefix(line, "0::")
+		if !ok {
+			continue
+		}
+		// A run's processes may be in groups below its own (the agent's own sub-groups).
+		for g := group; g != "/" && g != "."; g = filepath.Dir(g) {
+			if a, s, ok := m.cg.split(g); ok {
+				parts := strings.Split(strings.TrimPrefix(g, m.cg.parent+"/"), "/")
+				if _, err := m.lookup(parts[2]); err == nil {
+					return a, s, parts[2]
+				}
+				return "", "", ""
+			}
+		}
+	}
+	return "", "", ""
 }

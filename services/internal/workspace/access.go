@@ -137,3 +137,16 @@ func (s *Service) RunLimits() limit.Set { return s.runs.RunLimits() }
 
 // RunsMemoryMax is the memory.max of the runs' parent group.
 func (s *Service) RunsMemoryMax() string { return s.runs.RunsMemoryMax() }
+
+// RunOfPID names the run of agent/session that the process pid belongs to, or "" when it is none
+// of that session's runs (a session socket's caller, by its SO_PEERCRED pid).
+func (s *Service) RunOfPID(agent, session string, pid int) string {
+	if pid <= 0 {
+		return ""
+	}
+	a, sess, run := s.runs.RunOfPID(pid)
+	if a != agent || sess != session {
+		return ""
+	}
+	return run
+}
