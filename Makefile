@@ -74,6 +74,7 @@ bench: image
 	$(GO) test -run '^$$' -bench . -benchtime 300x ./services/internal/tracked/
 	$(GO) test -run '^$$' -bench . -benchtime 200x ./services/workspace-daemon/
 	$(GO) test -run '^$$' -bench SpawnStorm -benchtime 5x ./services/internal/proctree/
+	$(GO) test -run '^$$' -bench Proxy -benchtime 1x ./services/internal/netbroker/
 	$(GO) test -run '^$$' -bench Overhead -benchtime 10x ./services/internal/effects/lifecycle/
 	$(GO) test -run '^$$' -bench Overhead -benchtime 8x ./services/internal/effects/history/
 

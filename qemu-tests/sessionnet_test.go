@@ -166,6 +166,7 @@ except OSError as e: print(e.strerror)'`, vm.GuestFwdAddr, guestHTTP)
 			t.Errorf("the denied GET's rule = %q, want the built-in private-range rule", rule)
 		}
 	})
+	b.powerOff(ctx, t)
 }
 
 func port(t *testing.T, a net.Addr) int {
