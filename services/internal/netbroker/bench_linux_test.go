@@ -180,17 +180,9 @@ func us(d time.Duration) float64 { return float64(d) / float64(time.Microsecond)
 // shapeLink bounds the egress of link name in ns at rate bytes/s (a tbf qdisc).
 func shapeLink(tb testing.TB, ns netns.NsHandle, name string, rate uint64) {
 	tb.Helper()
-	h, err := netlink.NewHandleAt(ns)
-	if err != nil {
-		tb.Fatal(err)
-	}
+	h, tbf := linkTbf(tb, ns, name)
 	defer h.Close()
-	l, err := h.LinkByName(name)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	tbf := &netlink.Tbf{QdiscAttrs: netlink.QdiscAttrs{LinkIndex: l.Attrs().Index, Handle: netlink.MakeHandle(1, 0), Parent: netlink.HANDLE_ROOT},
-		Rate: rate, Limit: uint32(rate / 10), Buffer: uint32(rate / 100)}
+	tbf.Rate, tbf.Limit, tbf.Buffer = rate, uint32(rate/10), uint32(rate/100)
 	if err := h.QdiscAdd(tbf); err != nil {
 		tb.Fatalf("tbf on %s: %v", name, err)
 	}
@@ -199,16 +191,24 @@ func shapeLink(tb testing.TB, ns netns.NsHandle, name string, rate uint64) {
 // unshapeLink removes shapeLink's qdisc.
 func unshapeLink(tb testing.TB, ns netns.NsHandle, name string) {
 	tb.Helper()
+	h, tbf := linkTbf(tb, ns, name)
+	defer h.Close()
+	if err := h.QdiscDel(tbf); err != nil {
+		tb.Fatalf("remove the tbf on %s: %v", name, err)
+	}
+}
+
+// linkTbf is a netlink handle in ns and the root tbf qdisc of link name there.
+func linkTbf(tb testing.TB, ns netns.NsHandle, name string) (*netlink.Handle, *netlink.Tbf) {
+	tb.Helper()
 	h, err := netlink.NewHandleAt(ns)
 	if err != nil {
 		tb.Fatal(err)
 	}
-	defer h.Close()
 	l, err := h.LinkByName(name)
 	if err != nil {
+		h.Close()
 		tb.Fatal(err)
 	}
-	if err := h.QdiscDel(&netlink.Tbf{QdiscAttrs: netlink.QdiscAttrs{LinkIndex: l.Attrs().Index, Handle: netlink.MakeHandle(1, 0), Parent: netlink.HANDLE_ROOT}}); err != nil {
-		tb.Fatalf("remove the tbf on %s: %v", name, err)
-	}
+	return h, &netlink.Tbf{QdiscAttrs: netlink.QdiscAttrs{LinkIndex: l.Attrs().Index, Handle: netlink.MakeHandle(1, 0), Parent: netlink.HANDLE_ROOT}}
 }

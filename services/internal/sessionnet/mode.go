@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/allox-os/allox/internal/atomicfile"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -142,7 +143,7 @@ func (p *Plugin) create(_ context.Context, s plugin.SessionStart) error {
 		return err
 	}
 	path := p.recordPath(k)
-	if err := writeFile(path, data); err != nil {
+	if err := atomicfile.Write(path, data, 0o600); err != nil {
 		return fmt.Errorf("session network: keep the session's mode: %w", err)
 	}
 	p.mu.Lock()
@@ -157,29 +158,6 @@ func modeStrings(ms []Mode) []string {
 		out[i] = string(m)
 	}
 	return out
-}
-
-// writeFile writes data to path atomically (a temporary file renamed over it, synced).
-func writeFile(path string, data []byte) error {
-	tmp := path + ".tmp"
-	f, err := os.OpenFile(tmp, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o600)
-	if err != nil {
-		return err
-	}
-	_, err = f.Write(data)
-	if err == nil {
-		err = f.Sync()
-	}
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err == nil {
-		err = os.Rename(tmp, path)
-	}
-	if err != nil {
-		_ = os.Remove(tmp)
-	}
-	return err
 }
 
 // info is what session.get reports under plugins.session-network.
