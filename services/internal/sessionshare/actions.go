@@ -148,6 +148,8 @@ func (p *Plugin) enable(_ context.Context, c *plugin.Call) (any, error) {
 	}
 	dir, r := p.scopeDir(q.key(), q.Scope)
 	if r != nil {
+		r.field = "params.scope"
+		r.reason += ": create the directory first, or share another one"
 		return nil, p.fail(req, r)
 	}
 	dir.Close()
@@ -377,7 +379,7 @@ func (p *Plugin) sendFile(conn io.ReadWriteCloser, f *os.File, size int64) (int6
 	if err := writeLine(w, shareproto.ReadHeader{Size: size}); err != nil {
 		return 0, err
 	}
-	n, err := io.CopyBuffer(w, io.LimitReader(f, size), make([]byte, chunk))
+	n, err := io.CopyBuffer(w, io.LimitReader(f, size), make([]byte, max(min(size, chunk), 512)))
 	if err == nil && n < size {
 		err = fmt.Errorf("the file shrank while it was read: %d of %d bytes", n, size)
 	}
@@ -585,7 +587,7 @@ func (p *Plugin) createTemp(scopefd int, path string) (*pending, *refusal) {
 func (p *Plugin) receive(conn io.ReadWriteCloser, w *pending, size int64) (int64, error) {
 	dl, _ := conn.(interface{ SetReadDeadline(time.Time) error })
 	r := &idleReader{r: conn, dl: dl, idle: p.cfg.Idle}
-	n, err := io.CopyBuffer(w.f, io.LimitReader(r, size), make([]byte, chunk))
+	n, err := io.CopyBuffer(w.f, io.LimitReader(r, size), make([]byte, max(min(size, chunk), 512)))
 	switch {
 	case err != nil:
 		return n, fmt.Errorf("the stream failed after %d of %d bytes: %w", n, size, err)

@@ -237,4 +237,3 @@ func TestRealRollbackVersusRead(t *testing.T) {
 		t.Fatalf("read after the rollback: %v", err)
 	}
 }
-

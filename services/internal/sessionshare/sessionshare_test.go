@@ -70,7 +70,9 @@ func (w *fakeWorkspace) ActiveRuns(agent, session string) int {
 	return w.runs[key{agent, session}]
 }
 
-func (w *fakeWorkspace) RunIdentity() (uint32, uint32) { return uint32(os.Getuid()), uint32(os.Getgid()) }
+func (w *fakeWorkspace) RunIdentity() (uint32, uint32) {
+	return uint32(os.Getuid()), uint32(os.Getgid())
+}
 
 // three sessions of two agents, as the tests' world: agent-a/session-1, agent-b/session-1 and
 // agent-b/session-2, each with report.txt and output/result.txt.
@@ -127,15 +129,15 @@ func read(p *Plugin, from, target, path string) ([]byte, error) {
 	done := make(chan error, 1)
 	go func() { done <- res.(plugin.Relay)(srv) }()
 	defer cli.Close()
-	data, err := readStream(cli, io.Discard)
+	data, err := readStream(cli, nil)
 	<-done
 	return data, err
 }
 
-// readStream reads a share.read stream per shareproto; the bytes go to sink when it is not
-// io.Discard's counterpart nil and are returned when sink is nil.
+// readStream reads a share.read stream per shareproto; the bytes go to sink, or are returned
+// when sink is nil.
 func readStream(conn io.Reader, sink io.Writer) ([]byte, error) {
-	br := bufio.NewReaderSize(conn, 1<<20)
+	br := bufio.NewReaderSize(conn, 64<<10)
 	line, err := br.ReadBytes('\n')
 	if err != nil {
 		return nil, fmt.Errorf("header: %w", err)
@@ -146,7 +148,7 @@ func readStream(conn io.Reader, sink io.Writer) ([]byte, error) {
 	}
 	var buf bytes.Buffer
 	w := io.Writer(&buf)
-	if sink != io.Discard && sink != nil {
+	if sink != nil {
 		w = sink
 	}
 	n, err := io.CopyN(w, br, h.Size)
@@ -323,7 +325,8 @@ func TestShareRules(t *testing.T) {
 		{map[string]any{"permission": "all"}, "params.permission"},
 		{map[string]any{"scope": "/etc"}, "params.scope"},
 		{map[string]any{"scope": "../x"}, "params.scope"},
-		{map[string]any{"scope": "missing"}, "params.target"},
+		{map[string]any{"scope": "missing"}, "params.scope"},
+		{map[string]any{"scope": "report.txt"}, "params.scope"},
 	} {
 		_, err := call(p, b1, shareproto.ActionEnable, tc.params)
 		var re *rpc.Error
