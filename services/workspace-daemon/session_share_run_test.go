@@ -2,10 +2,13 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 
 	"github.com/allox-os/allox/internal/rpc"
@@ -36,11 +39,13 @@ if b" 101 " not in status:
 if action == "share.write":
     s.sendall(data); s.shutdown(socket.SHUT_WR)
     print(f.readline().decode().strip()); sys.exit(0)
-size = json.loads(f.readline())["size"]
-got = f.read(size)
+size, n = json.loads(f.readline())["size"], 0
+while n < size:
+    got = f.read(min(size - n, 1 << 20))
+    if not got: break
+    sys.stdout.buffer.write(got); n += len(got)
 trailer = json.loads(f.readline())
-assert trailer["ok"] and trailer["bytes"] == size == len(got), trailer
-sys.stdout.buffer.write(got)
+assert trailer["ok"] and trailer["bytes"] == size == n, trailer
 `
 
 // TestSessionShareInARealRun checks the session-share plugin end to end, on a real store with
@@ -53,7 +58,14 @@ func TestSessionShareInARealRun(t *testing.T) {
 	root := btrfsRoot(t)
 	bin, err := builtSessionShare()
 	must(t, err)
-	loop := daemonOn(t, bin, root, "--share-tools")
+	cmd, wait, addrs := start(t, bin, 1, "--root", root, "--listen", "127.0.0.1:0", "--share-tools")
+	t.Cleanup(func() {
+		must(t, cmd.Process.Signal(syscall.SIGTERM))
+		if err := wait(); err != nil {
+			t.Errorf("daemon after SIGTERM: %v", err)
+		}
+	})
+	loop := "http://" + addrs["loopback"]
 	mustPost(t, loop, `{"action":"agent.create","params":{"agent_id":"agent-a"}}`)
 	mustPost(t, loop, `{"action":"agent.create","params":{"agent_id":"agent-b"}}`)
 	for _, as := range [][2]string{{"agent-a", "session-1"}, {"agent-b", "session-1"}, {"agent-b", "session-2"}} {
@@ -116,6 +128,34 @@ func TestSessionShareInARealRun(t *testing.T) {
 	}
 	if r, out := runIn(b1, `cat output/from-a.txt; echo; [ "$(stat -c %u:%g output/from-a.txt)" = "$(id -u):$(id -g)" ] && echo owned by the runs`); !exited0(r) || out != "from a\nowned by the runs\n" {
 		t.Errorf("b1 sees a's write: %+v %q", r, out)
+	}
+
+	// A 256 MiB read streams through the daemon with its memory bounded (its peak RSS, VmHWM,
+	// grows by less than 64 MiB).
+	if r, out := runIn(b1, "head -c 268435456 /dev/urandom > output/big"); !exited0(r) {
+		t.Fatalf("writing the large file: %+v %q", r, out)
+	}
+	hwm := func() int64 {
+		b, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", cmd.Process.Pid))
+		must(t, err)
+		for _, l := range strings.Split(string(b), "\n") {
+			if v, ok := strings.CutPrefix(l, "VmHWM:"); ok {
+				n, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+				must(t, err)
+				return n << 10
+			}
+		}
+		t.Fatal("no VmHWM in the daemon's status")
+		return 0
+	}
+	before := hwm()
+	if r, out := runIn(a, py("share.read", b1, "big")+" | wc -c"); !exited0(r) || out != "268435456\n" {
+		t.Fatalf("the 256 MiB read: %+v %q", r, out)
+	}
+	if grew := hwm() - before; grew > 64<<20 {
+		t.Errorf("the daemon's peak RSS grew by %d MiB during a 256 MiB read: it must stream", grew>>20)
+	} else {
+		t.Logf("256 MiB read through the daemon: its peak RSS grew by %d KiB (from %d MiB)", grew>>10, before>>20)
 	}
 
 	// Disable: the next request is refused.
