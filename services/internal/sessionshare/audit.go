@@ -33,12 +33,20 @@ type Record struct {
 	DurationNS int64     `json:"duration_ns,omitempty"`
 }
 
+// maxField bounds each string of a Record.
+const maxField = 1024
+
 // auditLog appends Records with the rotation of the daemon's audit log.
 type auditLog struct{ Dir string }
 
 func (l auditLog) append(r Record) error {
 	if r.Time.IsZero() {
 		r.Time = time.Now().UTC()
+	}
+	for _, s := range []*string{&r.AgentID, &r.SessionID, &r.Target, &r.Path, &r.Reason} {
+		if len(*s) > maxField { // they come from requests
+			*s = (*s)[:maxField] + "…"
+		}
 	}
 	line, err := json.Marshal(r)
 	if err != nil {
