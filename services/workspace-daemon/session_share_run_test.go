@@ -10,6 +10,7 @@ import (
 	"sync"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/allox-os/allox/internal/rpc"
 	"github.com/allox-os/allox/services/internal/sessionshare"
@@ -40,6 +41,7 @@ if action == "share.write":
     s.sendall(data); s.shutdown(socket.SHUT_WR)
     print(f.readline().decode().strip()); sys.exit(0)
 size, n = json.loads(f.readline())["size"], 0
+sys.stderr.write("streaming\n"); sys.stderr.flush()
 while n < size:
     got = f.read(min(size - n, 1 << 20))
     if not got: break
@@ -53,7 +55,9 @@ assert trailer["ok"] and trailer["bytes"] == size == n, trailer
 // two agents, three sessions; the seed's sequence (both enable, then agent-a/session-1 reads
 // agent-b/session-1's report.txt) from inside a run over the session socket; a session that does
 // not share is refused both ways; read-only refuses a write; a write share takes one, owned by the
-// runs; a refused escape is audited; disable takes effect for the next request.
+// runs; a 256 MiB read streams with the daemon's peak RSS bounded; a session.rollback of the
+// target waits for a read in progress, which gets every byte, and a read while it waits is
+// refused (target busy); a refused escape is audited; disable takes effect for the next request.
 func TestSessionShareInARealRun(t *testing.T) {
 	root := btrfsRoot(t)
 	bin, err := builtSessionShare()
@@ -83,7 +87,7 @@ func TestSessionShareInARealRun(t *testing.T) {
 		return r, out.Data
 	}
 	py := func(action, target, path string) string {
-		return "python3 /tmp/s.py " + action + " '" + `{"target":"` + target + `","path":"` + path + `"}` + "' 2>&1"
+		return "python3 /tmp/s.py " + action + " '" + `{"target":"` + target + `","path":"` + path + `"}` + "'"
 	}
 	const a, b1, b2 = "agent-a/session-1", "agent-b/session-1", "agent-b/session-2"
 
@@ -156,6 +160,52 @@ func TestSessionShareInARealRun(t *testing.T) {
 		t.Errorf("the daemon's peak RSS grew by %d MiB during a 256 MiB read: it must stream", grew>>20)
 	} else {
 		t.Logf("256 MiB read through the daemon: its peak RSS grew by %d KiB (from %d MiB)", grew>>10, before>>20)
+	}
+
+	// Rollback versus a read in progress: the rollback of the target waits for the read's end
+	// (the reader gets every byte), and while it waits a new share access is refused.
+	mustPost(t, loop, `{"action":"checkpoint.create","params":{"agent_id":"agent-b","session_id":"session-1","checkpoint_id":"c1"}}`)
+	var slow rpc.Run
+	must(t, json.Unmarshal(mustPost(t, loop, `{"action":"process.start","params":{"agent_id":"agent-a","session_id":"session-1","argv":["/bin/sh","-c",`+
+		quote("cat > /tmp/s.py <<'EOF'\n"+shareStreamPy+"EOF\n"+py("share.read", b1, "big")+" | (sleep 3; wc -c)")+`]}}`), &slow))
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		var e rpc.Output
+		must(t, json.Unmarshal(mustPost(t, loop, `{"action":"process.output","params":{"run_id":"`+slow.RunID+`","stream":"stderr"}}`), &e))
+		if strings.Contains(e.Data, "streaming") {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the slow read never started streaming: %q", e.Data)
+		}
+	}
+	rolled := make(chan time.Duration, 1)
+	go func() {
+		start := time.Now()
+		if _, rerr := call(t, loop, "", "session.rollback", `{"agent_id":"agent-b","session_id":"session-1","checkpoint_id":"c1"}`); rerr != nil {
+			t.Errorf("session.rollback during the read: %v", rerr)
+		}
+		rolled <- time.Since(start)
+	}()
+	time.Sleep(500 * time.Millisecond)
+	if _, out := runIn(a, py("share.read", b1, "output/r.txt")); !strings.Contains(out, "refused: conflict") || !strings.Contains(out, "target busy") {
+		t.Errorf("a read while the target's rollback waits: %q, want conflict (target busy)", out)
+	}
+	must(t, json.Unmarshal(mustPost(t, loop, `{"action":"process.wait","params":{"run_id":"`+slow.RunID+`"}}`), &slow))
+	var slowOut rpc.Output
+	must(t, json.Unmarshal(mustPost(t, loop, `{"action":"process.output","params":{"run_id":"`+slow.RunID+`"}}`), &slowOut))
+	if !exited0(slow) || slowOut.Data != "268435456\n" {
+		t.Errorf("the read the rollback waited for: %+v %q, want every byte", slow, slowOut.Data)
+	}
+	select {
+	case d := <-rolled:
+		if d < 2*time.Second {
+			t.Errorf("session.rollback returned after %v, before the read in progress ended", d)
+		}
+	case <-time.After(30 * time.Second):
+		t.Fatal("session.rollback still waits 30 s after the read ended")
+	}
+	if _, out := runIn(a, py("share.read", b1, "output/big")); !strings.Contains(out, "refused: not_found") {
+		t.Errorf("after the rollback big is gone: %q", out)
 	}
 
 	// Disable: the next request is refused.
