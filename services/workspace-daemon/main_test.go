@@ -66,7 +66,7 @@ func goBuild(tags string) (string, error) {
 
 func TestMain(m *testing.M) {
 	code := m.Run()
-	for _, b := range []func() (string, error){built, builtProcessTree, builtSessionNetwork, builtClient} {
+	for _, b := range []func() (string, error){built, builtProcessTree, builtSessionNetwork, builtSessionShare, builtClient} {
 		if bin, err := b(); err == nil {
 			os.RemoveAll(filepath.Dir(bin))
 		}

@@ -14,12 +14,13 @@ func knownPlugins(cfg daemon.Config) []plugin.Plugin {
 	known := []plugin.Plugin{
 		{Manifest: plugin.Manifest{Name: "process-tree"}, Flag: "--process-tree-provider=ebpf",
 			Enabled: cfg.ProcessTreeProvider == daemon.ProviderEBPF},
+		{Manifest: plugin.Manifest{Name: "session-share"}, Flag: "--share-tools", Enabled: cfg.ShareTools},
 		{Manifest: plugin.Manifest{Name: "session-network"}, Flag: "--session-network isolated|proxy",
 			Enabled: cfg.SessionNetworkOn(), SessionParams: []string{"network"}},
 		{Manifest: plugin.Manifest{Name: "system-effects"}, Flag: "--observer", Enabled: cfg.Observer,
 			StartParams: []string{"recovery", "checkpoint_id"}},
 	}
-	for i, install := range []func(daemon.Config, *plugin.Plugin){installProcessTree, installSessionNetwork, installSystemEffects} {
+	for i, install := range []func(daemon.Config, *plugin.Plugin){installProcessTree, installSessionShare, installSessionNetwork, installSystemEffects} {
 		if install != nil {
 			install(cfg, &known[i])
 		}

@@ -9,7 +9,8 @@ import (
 
 // TestSessionNetworkNotInstalled checks that a daemon built without the session-network plugin
 // refuses --session-network proxy, naming the flag and the spec change that installs the plugin,
-// and that a bad mode is refused naming the flag.
+// and that a bad mode is refused naming the flag; and the same of the session-share plugin's
+// --share-tools.
 func TestSessionNetworkNotInstalled(t *testing.T) {
 	for _, tc := range []struct {
 		args []string
@@ -17,6 +18,8 @@ func TestSessionNetworkNotInstalled(t *testing.T) {
 	}{
 		{[]string{"--session-network", "proxy"}, []string{"--session-network isolated|proxy", "the session-network plugin is not installed in this image",
 			`add plugins = ["session-network"] to the daemon's service block in the image spec`}},
+		{[]string{"--share-tools"}, []string{"--share-tools", "the session-share plugin is not installed in this image",
+			`add plugins = ["session-share"] to the daemon's service block in the image spec`}},
 		{[]string{"--session-network", "open"}, []string{`--session-network "open": use disabled, isolated or proxy`}},
 	} {
 		var stderr strings.Builder

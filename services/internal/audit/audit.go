@@ -206,28 +206,40 @@ func Files(dir, name string) []string {
 func Read(dir string) ([]Entry, error) {
 	var out []Entry
 	for _, p := range Files(dir, File) {
-		f, err := os.Open(p)
-		if errors.Is(err, fs.ErrNotExist) {
-			continue
-		}
-		if err != nil {
-			return nil, err
-		}
-		sc := bufio.NewScanner(f)
-		sc.Buffer(make([]byte, 64<<10), 1<<20)
-		for sc.Scan() {
+		if err := ScanLines(p, func(line []byte) error {
 			var e Entry
-			if err := json.Unmarshal(sc.Bytes(), &e); err != nil {
-				f.Close()
-				return nil, fmt.Errorf("%s: %w", p, err)
+			if err := json.Unmarshal(line, &e); err != nil {
+				return fmt.Errorf("%s: %w", p, err)
 			}
 			out = append(out, e)
-		}
-		err = sc.Err()
-		f.Close()
-		if err != nil {
-			return nil, fmt.Errorf("%s: %w", p, err)
+			return nil
+		}); err != nil {
+			return nil, err
 		}
 	}
 	return out, nil
+}
+
+// ScanLines calls each with every line of the log file path (lines of up to 1 MiB); a missing
+// file (rotated away, or not written yet) has none. each's error stops the scan and is returned.
+func ScanLines(path string, each func(line []byte) error) error {
+	f, err := os.Open(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 64<<10), 1<<20)
+	for sc.Scan() {
+		if err := each(sc.Bytes()); err != nil {
+			return err
+		}
+	}
+	if err := sc.Err(); err != nil {
+		return fmt.Errorf("%s: %w", path, err)
+	}
+	return nil
 }

@@ -98,6 +98,9 @@ type Config struct {
 	SessionNetwork       string
 	SessionNetworkModes  []string
 	SessionNetworkPolicy string
+	// ShareTools enables the session-share plugin: sessions that opt in (allox share enable)
+	// read, and where granted write, each other's shared directory through the daemon.
+	ShareTools bool
 	// SessionSockets is the directory of the sessions' own sockets (see SessionSockets), outside
 	// every workspace; Client the allox client bound into every sandboxed run with the python
 	// shims beside it ("" binds none).
@@ -169,6 +172,7 @@ func ParseFlags(args []string, stderr io.Writer) (Config, error) {
 		c.RunRecords.MaxBytes = n
 		return err
 	})
+	fset.BoolVar(&c.ShareTools, "share-tools", false, "enable the session-share plugin: sessions that opt in (allox share enable) read and write each other's shared directory through the daemon (needs the session-share plugin)")
 	fset.BoolVar(&c.Observer, "observer", false, "run every process.start under the system-effects observer (needs the system-effects plugin; excludes --process-tree-provider=ebpf)")
 	fset.StringVar(&c.ObserverScope, "observer-scope", "", "scope `file` of the observer: domains beyond the Session Workspace and shared/ (needs --observer)")
 	fset.StringVar(&c.ObserverLibexec, "observer-libexec", DefaultObserverLibexec, "`directory` of the observer's programs (observe, verifiers, recover)")

@@ -1,6 +1,10 @@
 package workspace
 
-import "sync"
+import (
+	"errors"
+	"fmt"
+	"sync"
+)
 
 // sessionLock serializes a session's state changes: one at a time. Its holder may lend it to the
 // lifecycle of the session's runs while it waits on them — StartProcess while a run starts (its
@@ -14,6 +18,8 @@ type sessionLock struct {
 	held     bool
 	lent     bool
 	borrowed int
+	leases   int  // Lease holders (share transfers); Rollback waits for them
+	rolling  bool // a Rollback is in progress: Lease refuses
 }
 
 func newSessionLock() *sessionLock {
@@ -88,6 +94,52 @@ func (s *Service) borrow(agent, session string) func() {
 	return func() {
 		l.mu.Lock()
 		l.borrowed--
+		l.changed.Broadcast()
+		l.mu.Unlock()
+	}
+}
+
+// ErrSessionBusy is Lease's refusal: a rollback of the session is in progress.
+var ErrSessionBusy = errors.New("a rollback of the session is in progress")
+
+// Lease takes a shared, non-blocking lease on the session for an access to its files from
+// outside its runs (the session-share plugin's reads and writes): it never waits, and it is
+// refused with ErrSessionBusy while a Rollback of the session is in progress. A Rollback that
+// starts while leases are held waits for their release before it changes current/ (the lease
+// is not the session's lock: other changes — runs, checkpoints — go on beside it, and several
+// leases are held at once). It returns the release, which must be called once.
+func (s *Service) Lease(agent, session string) (func(), error) {
+	l := s.sessionLock(agent, session)
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.rolling {
+		return nil, fmt.Errorf("session %s/%s: %w", agent, session, ErrSessionBusy)
+	}
+	l.leases++
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			l.mu.Lock()
+			l.leases--
+			l.changed.Broadcast()
+			l.mu.Unlock()
+		})
+	}, nil
+}
+
+// rolling marks a Rollback in progress (the caller holds the session's lock): new leases are
+// refused, and it waits for the held ones' release. It returns the mark's end.
+func (s *Service) rollingBack(agent, session string) func() {
+	l := s.sessionLock(agent, session)
+	l.mu.Lock()
+	l.rolling = true
+	for l.leases > 0 {
+		l.changed.Wait()
+	}
+	l.mu.Unlock()
+	return func() {
+		l.mu.Lock()
+		l.rolling = false
 		l.changed.Broadcast()
 		l.mu.Unlock()
 	}

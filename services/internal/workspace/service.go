@@ -261,6 +261,9 @@ func (s *Service) CreateCheckpoint(agent, session, id string, opt store.Checkpoi
 // true (or KillOnRollback when kill is nil): then the session's cgroup is killed and emptied first.
 func (s *Service) Rollback(ctx context.Context, agent, session, checkpoint string, kill *bool) (*store.Session, error) {
 	defer s.lock(agent, session)()
+	// Leases (share transfers of the session's files) are refused from here on, and the ones
+	// held are waited for before anything changes.
+	defer s.rollingBack(agent, session)()
 	if err := s.fences.Check(agent, session); err != nil {
 		return nil, err
 	}
