@@ -10,29 +10,17 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+
+	"github.com/allox-os/allox/services/internal/sessionshare/shareproto"
 )
 
-// The session-share plugin's actions. enable, disable, status, ls and stat are ordinary calls;
-// read and write are streams: after the switch, read's daemon sends the file's bytes and closes;
-// write's client sends the bytes and half-closes, and the daemon answers one JSON line
-// {"ok":true,"bytes":N} or {"ok":false,"error":"..."} and closes.
-const (
-	actionShareEnable  = "share.enable"
-	actionShareDisable = "share.disable"
-	actionShareStatus  = "share.status"
-	actionShareLs      = "share.ls"
-	actionShareStat    = "share.stat"
-	actionShareRead    = "share.read"
-	actionShareWrite   = "share.write"
-)
-
-// maxWriteReply bounds the daemon's one-line answer to a write.
-const maxWriteReply = 64 << 10
+// maxResultLine bounds the daemon's one-line headers and results on the share streams.
+const maxResultLine = 64 << 10
 
 var shareTyped = map[string]func(context.Context, *caller, []string, io.Reader) error{
 	"enable":  shareEnable,
-	"disable": shareNoArgs("disable", actionShareDisable),
-	"status":  shareNoArgs("status", actionShareStatus),
+	"disable": shareNoArgs("disable", shareproto.ActionDisable),
+	"status":  shareNoArgs("status", shareproto.ActionStatus),
 	"ls":      shareLs,
 	"stat":    shareStat,
 	"read":    shareRead,
@@ -42,7 +30,7 @@ var shareTyped = map[string]func(context.Context, *caller, []string, io.Reader) 
 // shareEnable is "allox share enable [--scope DIR] [--permission read|write]".
 func shareEnable(ctx context.Context, c *caller, args []string, _ io.Reader) error {
 	const use = "use: allox share enable [--scope DIR] [--permission read|write] (DIR is a directory of current/, e.g. output; the default is all of current/, read-only)"
-	params := map[string]any{}
+	var params shareproto.EnableParams
 	for len(args) > 0 {
 		name, value, err := flagValue(args, use)
 		if err != nil {
@@ -53,12 +41,12 @@ func shareEnable(ctx context.Context, c *caller, args []string, _ io.Reader) err
 			if value == "" {
 				return usagef("allox share enable: --scope needs a directory of current/, e.g. --scope output")
 			}
-			params["scope"] = value
+			params.Scope = value
 		case "--permission":
-			if value != "read" && value != "write" {
+			if value != shareproto.Read && value != shareproto.Write {
 				return usagef("allox share enable: --permission %q: use read or write", value)
 			}
-			params["permission"] = value
+			params.Permission = value
 		default:
 			return usagef("allox share enable: unknown flag %q: %s", name, use)
 		}
@@ -68,7 +56,7 @@ func shareEnable(ctx context.Context, c *caller, args []string, _ io.Reader) err
 			args = args[2:]
 		}
 	}
-	return c.call(ctx, actionShareEnable, params)
+	return c.call(ctx, shareproto.ActionEnable, params)
 }
 
 // flagValue reads "--name value" or "--name=value" at args[0].
@@ -103,7 +91,7 @@ func shareLs(ctx context.Context, c *caller, args []string, _ io.Reader) error {
 	if len(args) == 2 {
 		path = args[1]
 	}
-	return shareCall(ctx, c, "ls", actionShareLs, args[0], path)
+	return shareCall(ctx, c, "ls", shareproto.ActionLs, args[0], path)
 }
 
 // shareStat is "allox share stat TARGET PATH".
@@ -111,21 +99,17 @@ func shareStat(ctx context.Context, c *caller, args []string, _ io.Reader) error
 	if len(args) != 2 {
 		return usagef("use: allox share stat TARGET PATH, e.g. allox share stat agent-b/session-1 report.txt")
 	}
-	return shareCall(ctx, c, "stat", actionShareStat, args[0], args[1])
+	return shareCall(ctx, c, "stat", shareproto.ActionStat, args[0], args[1])
 }
 
 func shareCall(ctx context.Context, c *caller, sub, action, target, path string) error {
 	if err := checkTarget(sub, target); err != nil {
 		return err
 	}
-	if err := c.call(ctx, action, shareParams(target, path)); err != nil {
+	if err := c.call(ctx, action, shareproto.PathParams{Target: target, Path: path}); err != nil {
 		return shareErr(sub, target, path, err)
 	}
 	return nil
-}
-
-func shareParams(target, path string) map[string]any {
-	return map[string]any{"target": target, "path": path}
 }
 
 // checkTarget refuses a target that is not AGENT/SESSION before anything is sent.
@@ -148,7 +132,11 @@ func shareErr(sub, target, path string, err error) error {
 	if errors.As(err, &le) {
 		reason = le.err.Error()
 	}
-	return shareError{fmt.Sprintf("share %s %s %s: %s", sub, target, path, oneLine(reason)), err}
+	reason = oneLine(reason)
+	if strings.Contains(reason, target) && strings.Contains(reason, path) { // the daemon named them
+		return shareError{fmt.Sprintf("share %s: %s", sub, reason), err}
+	}
+	return shareError{fmt.Sprintf("share %s %s %s: %s", sub, target, path, reason), err}
 }
 
 type shareError struct {
@@ -160,7 +148,9 @@ func (e shareError) Error() string { return e.msg }
 func (e shareError) Unwrap() error { return e.err }
 
 // shareRead is "allox share read TARGET PATH [-o FILE]": the file's bytes to stdout, or to FILE
-// (a path of the caller's own workspace, written as FILE.allox-share-tmp and renamed when whole).
+// (a path of the caller's own workspace, written as FILE.allox-share-tmp and renamed only once
+// the daemon's trailer says the whole file came). On stdout a cut transfer leaves what came
+// written, and fails.
 func shareRead(ctx context.Context, c *caller, args []string, _ io.Reader) error {
 	const use = "use: allox share read TARGET PATH [-o FILE], e.g. allox share read agent-b/session-1 report.txt -o report.txt"
 	target, path, file, err := shareFileArgs(args, "-o", use)
@@ -170,14 +160,14 @@ func shareRead(ctx context.Context, c *caller, args []string, _ io.Reader) error
 	if err := checkTarget("read", target); err != nil {
 		return err
 	}
-	s, err := c.client.Stream(ctx, actionShareRead, shareParams(target, path))
+	s, err := c.client.Stream(ctx, shareproto.ActionRead, shareproto.PathParams{Target: target, Path: path})
 	if err != nil {
-		return shareErr("read", target, path, c.explain(actionShareRead, err))
+		return shareErr("read", target, path, c.explain(shareproto.ActionRead, err))
 	}
 	defer s.Close()
 	if file == "" {
-		if _, err := io.Copy(c.stdout, s); err != nil {
-			return shareErr("read", target, path, fmt.Errorf("the transfer was cut: %w", err))
+		if err := receiveFile(s, c.stdout); err != nil {
+			return shareErr("read", target, path, err)
 		}
 		return nil
 	}
@@ -186,22 +176,89 @@ func shareRead(ctx context.Context, c *caller, args []string, _ io.Reader) error
 	if err != nil {
 		return shareErr("read", target, path, fmt.Errorf("-o %s: %w", file, err))
 	}
-	_, cerr := io.Copy(f, s)
-	if err := f.Close(); cerr == nil {
-		cerr = err
+	rerr := receiveFile(s, f)
+	if err := f.Close(); rerr == nil && err != nil {
+		rerr = fmt.Errorf("-o %s: %w", file, err)
 	}
-	if cerr == nil {
-		cerr = os.Rename(tmp, file)
+	if rerr == nil {
+		rerr = os.Rename(tmp, file)
 	}
-	if cerr != nil {
+	if rerr != nil {
 		os.Remove(tmp)
-		return shareErr("read", target, path, fmt.Errorf("-o %s: the transfer was cut: %w", filepath.Clean(file), cerr))
+		return shareErr("read", target, path, fmt.Errorf("%w (-o %s is left as it was)", rerr, filepath.Clean(file)))
+	}
+	return nil
+}
+
+// receiveFile reads a share.read stream into w: the header line, exactly its size in bytes, and
+// the trailer, which must say ok with that many bytes.
+func receiveFile(s io.Reader, w io.Writer) error {
+	br := bufio.NewReaderSize(s, 1<<20)
+	var h shareproto.ReadHeader
+	if err := readLine(br, &h); err != nil {
+		return fmt.Errorf("the stream's header: %w", err)
+	}
+	if h.Size < 0 {
+		return fmt.Errorf("the stream's header gives a negative size, %d", h.Size)
+	}
+	n, err := io.Copy(w, io.LimitReader(br, h.Size))
+	if err != nil {
+		return fmt.Errorf("the transfer was cut after %d of %d bytes: %w", n, h.Size, err)
+	}
+	if n < h.Size {
+		return fmt.Errorf("the transfer was cut after %d of %d bytes (the daemon ended it)", n, h.Size)
+	}
+	var res shareproto.Result
+	if err := readLine(br, &res); err != nil {
+		return fmt.Errorf("the transfer was cut after all %d bytes, before the daemon confirmed them: %w", n, err)
+	}
+	return resultErr(res, n)
+}
+
+// resultErr is a Result's error: nil only for ok with exactly want bytes.
+func resultErr(res shareproto.Result, want int64) error {
+	switch {
+	case !res.OK && res.Error == "":
+		return errors.New("refused (the daemon gave no reason)")
+	case !res.OK && res.Code != "":
+		return fmt.Errorf("%s: %s", res.Code, res.Error)
+	case !res.OK:
+		return errors.New(res.Error)
+	case res.Bytes != want:
+		return fmt.Errorf("the daemon confirmed %d bytes of %d", res.Bytes, want)
+	}
+	return nil
+}
+
+// readLine decodes one JSON line of at most maxResultLine bytes.
+func readLine(br *bufio.Reader, v any) error {
+	var line []byte
+	for {
+		part, more, err := br.ReadLine()
+		line = append(line, part...)
+		if err != nil {
+			if errors.Is(err, io.EOF) {
+				return errors.New("the stream ended")
+			}
+			return err
+		}
+		if len(line) > maxResultLine {
+			return fmt.Errorf("a line longer than %d bytes", maxResultLine)
+		}
+		if !more {
+			break
+		}
+	}
+	if err := json.Unmarshal(line, v); err != nil {
+		return fmt.Errorf("%q is not the protocol's JSON line: %w", line, err)
 	}
 	return nil
 }
 
 // shareWrite is "allox share write TARGET PATH [-i FILE]": stdin's (or FILE's) bytes become the
-// target's PATH; the daemon's answer {"ok":true,"bytes":N} is printed.
+// target's PATH. The daemon needs the exact size first: a regular file (FILE, or stdin redirected
+// from one) is sent as it is, other stdin is spooled to a temporary file (in the run's private
+// /tmp) first. Only the daemon's {"ok":true,"bytes":N} means the file was written; it is printed.
 func shareWrite(ctx context.Context, c *caller, args []string, stdin io.Reader) error {
 	const use = "use: allox share write TARGET PATH [-i FILE], e.g. allox share write agent-b/session-1 output/notes.txt -i notes.txt"
 	target, path, file, err := shareFileArgs(args, "-i", use)
@@ -211,61 +268,96 @@ func shareWrite(ctx context.Context, c *caller, args []string, stdin io.Reader) 
 	if err := checkTarget("write", target); err != nil {
 		return err
 	}
-	in := stdin
-	if file != "" {
-		f, err := os.Open(file)
-		if err != nil {
-			return shareErr("write", target, path, fmt.Errorf("-i %s: %w", file, err))
-		}
-		defer f.Close()
-		in = f
-	}
-	s, err := c.client.Stream(ctx, actionShareWrite, shareParams(target, path))
+	in, size, done, err := sizedInput(stdin, file)
 	if err != nil {
-		return shareErr("write", target, path, c.explain(actionShareWrite, err))
+		return shareErr("write", target, path, err)
+	}
+	defer done()
+	s, err := c.client.Stream(ctx, shareproto.ActionWrite, shareproto.WriteParams{Target: target, Path: path, Size: size})
+	if err != nil {
+		return shareErr("write", target, path, c.explain(shareproto.ActionWrite, err))
 	}
 	defer s.Close()
-	// The daemon may refuse mid-transfer (too large) and answer before all is sent: read its
-	// answer concurrently so that a refusal is reported rather than a broken pipe.
-	reply := make(chan []byte, 1)
+	// The daemon may fail the write mid-transfer and answer before all is sent: read its answer
+	// concurrently, so that its reason is reported rather than a broken pipe.
+	type answer struct {
+		res shareproto.Result
+		err error
+	}
+	reply := make(chan answer, 1)
 	go func() {
-		b, _ := io.ReadAll(io.LimitReader(s, maxWriteReply))
-		reply <- b
+		var a answer
+		a.err = readLine(bufio.NewReader(s), &a.res)
+		reply <- a
 	}()
-	_, serr := io.Copy(s, in)
+	n, serr := io.Copy(s, io.LimitReader(in, size))
+	if serr == nil && n < size {
+		serr = fmt.Errorf("the input shrank while it was sent: %d of %d bytes", n, size)
+	}
 	if serr == nil {
 		if cw, ok := s.(interface{ CloseWrite() error }); ok {
 			serr = cw.CloseWrite()
 		}
 	}
-	var line []byte
+	var a answer
 	select {
-	case line = <-reply:
+	case a = <-reply:
 	case <-ctx.Done():
-		return shareErr("write", target, path, ctx.Err())
+		return shareErr("write", target, path, fmt.Errorf("%w: nothing is known to be written", ctx.Err()))
 	}
-	var ans struct {
-		OK    bool   `json:"ok"`
-		Bytes int64  `json:"bytes"`
-		Error string `json:"error"`
-	}
-	first, _, _ := bufio.NewReader(strings.NewReader(string(line))).ReadLine()
-	if len(first) == 0 {
+	if a.err != nil {
 		if serr != nil {
-			return shareErr("write", target, path, fmt.Errorf("the transfer was cut: %w", serr))
+			return shareErr("write", target, path, fmt.Errorf("the transfer was cut after %d of %d bytes: %w", n, size, serr))
 		}
-		return shareErr("write", target, path, errors.New("the daemon closed the stream without an answer: nothing is known to be written"))
+		return shareErr("write", target, path, fmt.Errorf("no answer from the daemon (%w): nothing is known to be written", a.err))
 	}
-	if err := json.Unmarshal(first, &ans); err != nil {
-		return shareErr("write", target, path, fmt.Errorf("the daemon's answer %q is not JSON: %w", first, err))
+	if err := resultErr(a.res, size); err != nil {
+		return shareErr("write", target, path, err)
 	}
-	if !ans.OK {
-		if ans.Error == "" {
-			ans.Error = "refused (the daemon gave no reason)"
+	out, _ := json.Marshal(a.res)
+	return printJSON(c.stdout, out)
+}
+
+// sizedInput is the write's input with its exact size: FILE, stdin if it is a regular file, or
+// stdin spooled to a temporary file. done releases it.
+func sizedInput(stdin io.Reader, file string) (io.Reader, int64, func(), error) {
+	if file != "" {
+		f, err := os.Open(file)
+		if err != nil {
+			return nil, 0, nil, fmt.Errorf("-i %s: %w", file, err)
 		}
-		return shareErr("write", target, path, errors.New(ans.Error))
+		st, err := f.Stat()
+		if err == nil && !st.Mode().IsRegular() {
+			err = errors.New("not a regular file")
+		}
+		if err != nil {
+			f.Close()
+			return nil, 0, nil, fmt.Errorf("-i %s: %w", file, err)
+		}
+		return f, st.Size(), func() { f.Close() }, nil
 	}
-	return printJSON(c.stdout, first)
+	if f, ok := stdin.(*os.File); ok {
+		if st, err := f.Stat(); err == nil && st.Mode().IsRegular() {
+			pos, err := f.Seek(0, io.SeekCurrent)
+			if err == nil {
+				return f, st.Size() - pos, func() {}, nil
+			}
+		}
+	}
+	spool, err := os.CreateTemp("", "allox-share-write-")
+	if err != nil {
+		return nil, 0, nil, fmt.Errorf("spool stdin (its size is needed first): %w", err)
+	}
+	done := func() { spool.Close(); os.Remove(spool.Name()) }
+	n, err := io.Copy(spool, stdin)
+	if err == nil {
+		_, err = spool.Seek(0, io.SeekStart)
+	}
+	if err != nil {
+		done()
+		return nil, 0, nil, fmt.Errorf("spool stdin (its size is needed first): %w", err)
+	}
+	return spool, n, done, nil
 }
 
 // shareFileArgs parses TARGET PATH [FLAG FILE] in any order of the flag.

@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -38,14 +37,14 @@ func shareSocket(t *testing.T, files map[string]string) (path string, calls chan
 		Path       string `json:"path"`
 		Scope      string `json:"scope"`
 		Permission string `json:"permission"`
+		Size       int64  `json:"size"`
 	}
 	decode := func(c *daemon.Call) (params, error) {
 		var p params
 		if err := rpc.DecodeParams(c.Params, &p); err != nil {
 			return p, err
 		}
-		b, _ := json.Marshal(p)
-		calls <- c.Action + " " + string(b)
+		calls <- c.Action + " " + string(c.Params)
 		if p.Target != "" && p.Target != "agent-b/session-1" {
 			return p, rpc.Errorf(rpc.CodeForbidden, "target", "session %s has not enabled share", p.Target)
 		}
@@ -87,7 +86,15 @@ func shareSocket(t *testing.T, files map[string]string) (path string, calls chan
 		}
 		return api.Relay(func(conn io.ReadWriteCloser) error {
 			defer conn.Close()
-			_, err := io.WriteString(conn, content)
+			switch p.Path {
+			case "cut.txt": // the header promises more than comes
+				_, err := io.WriteString(conn, "{\"size\":100}\n"+content)
+				return err
+			case "changed.txt": // all bytes, then a failing trailer
+				_, err := fmt.Fprintf(conn, "{\"size\":%d}\n%s{\"ok\":false,\"code\":\"conflict\",\"error\":\"the file changed while it was read\"}\n", len(content), content)
+				return err
+			}
+			_, err := fmt.Fprintf(conn, "{\"size\":%d}\n%s{\"ok\":true,\"bytes\":%d}\n", len(content), content, len(content))
 			return err
 		}), nil
 	}}))
@@ -98,7 +105,7 @@ func shareSocket(t *testing.T, files map[string]string) (path string, calls chan
 		}
 		return api.Relay(func(conn io.ReadWriteCloser) error {
 			defer conn.Close()
-			in, err := io.ReadAll(conn)
+			in, err := io.ReadAll(io.LimitReader(conn, p.Size))
 			if err != nil {
 				return err
 			}
@@ -122,7 +129,7 @@ func shareSocket(t *testing.T, files map[string]string) (path string, calls chan
 }
 
 func TestShare(t *testing.T) {
-	files := map[string]string{"report.txt": "the report\n"}
+	files := map[string]string{"report.txt": "the report\n", "cut.txt": "12345", "changed.txt": "abc"}
 	sock, calls := shareSocket(t, files)
 	t.Setenv("ALLOX_SESSION_SOCKET", sock)
 	work := t.TempDir()
@@ -136,20 +143,22 @@ func TestShare(t *testing.T) {
 		usage       bool
 		call        string // the call the daemon got, "" for none
 	}{
-		{args: []string{"share", "enable"}, stdout: `"enabled": true`, call: `share.enable {"target":"","path":"","scope":"","permission":""}`},
-		{args: []string{"share", "enable", "--scope", "output", "--permission=write"}, stdout: `"permission": "write"`, call: `share.enable {"target":"","path":"","scope":"output","permission":"write"}`},
-		{args: []string{"share", "disable"}, stdout: `"enabled"`, call: `share.disable {"target":"","path":"","scope":"","permission":""}`},
-		{args: []string{"share", "status"}, stdout: `"enabled"`, call: `share.status {"target":"","path":"","scope":"","permission":""}`},
-		{args: []string{"share", "ls", "agent-b/session-1"}, stdout: `"enabled"`, call: `share.ls {"target":"agent-b/session-1","path":".","scope":"","permission":""}`},
-		{args: []string{"share", "stat", "agent-b/session-1", "report.txt"}, stdout: `"size": 11`, call: `share.stat {"target":"agent-b/session-1","path":"report.txt","scope":"","permission":""}`},
-		{args: []string{"share", "read", "agent-b/session-1", "report.txt"}, stdout: "the report\n", call: `share.read {"target":"agent-b/session-1","path":"report.txt","scope":"","permission":""}`},
-		{args: []string{"share", "write", "agent-b/session-1", "out.txt"}, stdin: "from stdin", stdout: `"bytes": 10`, call: `share.write {"target":"agent-b/session-1","path":"out.txt","scope":"","permission":""}`},
-		{args: []string{"share", "write", "agent-b/session-1", "-i", filepath.Join(work, "notes.txt"), "file.txt"}, stdout: `"bytes": 11`, call: `share.write {"target":"agent-b/session-1","path":"file.txt","scope":"","permission":""}`},
+		{args: []string{"share", "enable"}, stdout: `"enabled": true`, call: `share.enable {}`},
+		{args: []string{"share", "enable", "--scope", "output", "--permission=write"}, stdout: `"permission": "write"`, call: `share.enable {"scope":"output","permission":"write"}`},
+		{args: []string{"share", "disable"}, stdout: `"enabled"`, call: `share.disable {}`},
+		{args: []string{"share", "status"}, stdout: `"enabled"`, call: `share.status {}`},
+		{args: []string{"share", "ls", "agent-b/session-1"}, stdout: `"enabled"`, call: `share.ls {"target":"agent-b/session-1","path":"."}`},
+		{args: []string{"share", "stat", "agent-b/session-1", "report.txt"}, stdout: `"size": 11`, call: `share.stat {"target":"agent-b/session-1","path":"report.txt"}`},
+		{args: []string{"share", "read", "agent-b/session-1", "report.txt"}, stdout: "the report\n", call: `share.read {"target":"agent-b/session-1","path":"report.txt"}`},
+		{args: []string{"share", "write", "agent-b/session-1", "out.txt"}, stdin: "from stdin", stdout: `"bytes": 10`, call: `share.write {"target":"agent-b/session-1","path":"out.txt","size":10}`},
+		{args: []string{"share", "write", "agent-b/session-1", "-i", filepath.Join(work, "notes.txt"), "file.txt"}, stdout: `"bytes": 11`, call: `share.write {"target":"agent-b/session-1","path":"file.txt","size":11}`},
 
-		{args: []string{"share", "read", "agent-a/session-1", "report.txt"}, err: "share read agent-a/session-1 report.txt: forbidden: session agent-a/session-1 has not enabled share (field target)", call: `share.read {"target":"agent-a/session-1","path":"report.txt","scope":"","permission":""}`},
-		{args: []string{"share", "read", "agent-b/session-1", "gone.txt"}, err: "share read agent-b/session-1 gone.txt: not_found: no file gone.txt in the scope", call: `share.read {"target":"agent-b/session-1","path":"gone.txt","scope":"","permission":""}`},
-		{args: []string{"share", "stat", "agent-b/session-1", "gone.txt"}, err: "share stat agent-b/session-1 gone.txt: not_found: no file gone.txt", call: `share.stat {"target":"agent-b/session-1","path":"gone.txt","scope":"","permission":""}`},
-		{args: []string{"share", "write", "agent-b/session-1", "big.txt"}, stdin: strings.Repeat("x", 17), err: "share write agent-b/session-1 big.txt: too large: 17 bytes, at most 16 per request", call: `share.write {"target":"agent-b/session-1","path":"big.txt","scope":"","permission":""}`},
+		{args: []string{"share", "read", "agent-a/session-1", "report.txt"}, err: "share read agent-a/session-1 report.txt: forbidden: session agent-a/session-1 has not enabled share (field target)", call: `share.read {"target":"agent-a/session-1","path":"report.txt"}`},
+		{args: []string{"share", "read", "agent-b/session-1", "gone.txt"}, err: "share read agent-b/session-1 gone.txt: not_found: no file gone.txt in the scope", call: `share.read {"target":"agent-b/session-1","path":"gone.txt"}`},
+		{args: []string{"share", "stat", "agent-b/session-1", "gone.txt"}, err: "share stat agent-b/session-1 gone.txt: not_found: no file gone.txt", call: `share.stat {"target":"agent-b/session-1","path":"gone.txt"}`},
+		{args: []string{"share", "write", "agent-b/session-1", "big.txt"}, stdin: strings.Repeat("x", 17), err: "share write agent-b/session-1 big.txt: too large: 17 bytes, at most 16 per request", call: `share.write {"target":"agent-b/session-1","path":"big.txt","size":17}`},
+		{args: []string{"share", "read", "agent-b/session-1", "cut.txt"}, stdout: "12345", err: "share read agent-b/session-1 cut.txt: the transfer was cut after 5 of 100 bytes", call: `share.read {"target":"agent-b/session-1","path":"cut.txt"}`},
+		{args: []string{"share", "read", "agent-b/session-1", "changed.txt"}, stdout: "abc", err: "share read agent-b/session-1 changed.txt: conflict: the file changed while it was read", call: `share.read {"target":"agent-b/session-1","path":"changed.txt"}`},
 		{args: []string{"share", "write", "agent-b/session-1", "x", "-i", filepath.Join(work, "none")}, err: "share write agent-b/session-1 x: -i " + filepath.Join(work, "none")},
 
 		{args: []string{"share", "read", "agent-b", "report.txt"}, err: "TARGET is AGENT/SESSION", usage: true},
@@ -198,6 +207,30 @@ func TestShare(t *testing.T) {
 	}
 	if _, err := os.Stat(dst + ".allox-share-tmp"); !os.IsNotExist(err) {
 		t.Errorf("the temporary file is left: %v", err)
+	}
+	// A cut read leaves -o's file as it was, and no temporary file.
+	err := run(context.Background(), []string{"share", "read", "agent-b/session-1", "cut.txt", "-o", dst}, nil, io.Discard, io.Discard)
+	<-calls
+	if err == nil || !strings.Contains(err.Error(), "cut after 5 of 100 bytes") {
+		t.Errorf("cut read -o: %v", err)
+	}
+	if b, err := os.ReadFile(dst); err != nil || string(b) != "the report\n" {
+		t.Errorf("a cut read -o changed the file: %q, %v", b, err)
+	}
+	if _, err := os.Stat(dst + ".allox-share-tmp"); !os.IsNotExist(err) {
+		t.Errorf("the temporary file is left after a cut read: %v", err)
+	}
+	// stdin redirected from a regular file is sent as it is, with its size.
+	in, err := os.Open(filepath.Join(work, "notes.txt"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer in.Close()
+	if err := run(context.Background(), []string{"share", "write", "agent-b/session-1", "fromfile.txt"}, in, io.Discard, io.Discard); err != nil {
+		t.Fatal(err)
+	}
+	if got := <-calls; got != `share.write {"target":"agent-b/session-1","path":"fromfile.txt","size":11}` {
+		t.Errorf("write from a regular stdin: the daemon got %s", got)
 	}
 }
 
