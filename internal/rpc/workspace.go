@@ -51,12 +51,21 @@ const (
 )
 
 // Agent is a first-level Agent Workspace.
+// agent.create's "shared": how the agent's runs see its shared/.
+const (
+	SharedReadOnly  = "ro"
+	SharedReadWrite = "rw"
+)
+
 type Agent struct {
-	AgentID         string    `json:"agent_id"`
-	Created         time.Time `json:"created"`
-	Workspace       string    `json:"workspace"`
-	Shared          string    `json:"shared"`
-	TurnCheckpoints bool      `json:"turn_checkpoints"`
+	AgentID   string    `json:"agent_id"`
+	Created   time.Time `json:"created"`
+	Workspace string    `json:"workspace"`
+	Shared    string    `json:"shared"`
+	// SharedMode is how the agent's runs see shared/: SharedReadOnly (the default) or
+	// SharedReadWrite, agent.create's "shared".
+	SharedMode      string `json:"shared_mode"`
+	TurnCheckpoints bool   `json:"turn_checkpoints"`
 	// Quota is the agent's space limit and usage (all its sessions); absent with quotas off.
 	Quota *Quota `json:"quota,omitempty"`
 }

@@ -25,7 +25,8 @@ type plugin struct {
 
 // plugins are the daemon's plugins the client knows.
 var plugins = []plugin{
-	{name: "share", title: "session share", enable: "--share-tools", subs: "status|enable|disable|read|write ..."},
+	{name: "share", title: "session share", enable: "--share-tools", subs: "enable [--scope DIR] [--permission read|write] | disable | status | ls TARGET [PATH] | stat TARGET PATH | read TARGET PATH [-o FILE] | write TARGET PATH [-i FILE]",
+		typed: shareTyped},
 	{name: "network", title: "session network", enable: "--session-network isolated|proxy", subs: "connect HOST PORT",
 		typed: map[string]func(context.Context, *caller, []string, io.Reader) error{"connect": networkConnect}},
 	{name: "monitor", title: "monitor", enable: "--monitor-root DIR", subs: "..."},
@@ -47,9 +48,14 @@ func (p plugin) run(ctx context.Context, c *caller, args []string, stdin io.Read
 		rest := append([]string{}, args[1:]...)
 		err = c.call(ctx, action, map[string]any{"args": rest})
 	}
-	var re *rpc.Error
-	if errors.As(err, &re) && re.Code == rpc.CodeUnknownAction {
+	if isUnknownAction(err) {
 		return fmt.Errorf("%s: the %s plugin is not enabled in this appliance: the workspace daemon enables it with %s", p.name, p.title, p.enable)
 	}
 	return err
+}
+
+// isUnknownAction reports whether the daemon does not know the action called.
+func isUnknownAction(err error) bool {
+	var re *rpc.Error
+	return errors.As(err, &re) && re.Code == rpc.CodeUnknownAction
 }

@@ -27,6 +27,9 @@ type Sandbox struct {
 	AgentQuota      int64 `json:"agent_quota"`
 	MaxSessionQuota int64 `json:"max_session_quota"`
 	StoreReserve    int64 `json:"store_reserve"`
+	// ShareTools enables the session-share plugin's actions on the sessions' sockets (allox share,
+	// python3 /run/allox/share.py): --share-tools. It needs the session-share plugin.
+	ShareTools bool `json:"share_tools"`
 	// SessionNetwork configures the session-network plugin (nil: the daemon's defaults, the
 	// plugin off).
 	SessionNetwork *SessionNetwork `json:"session_network,omitempty"`
@@ -49,7 +52,7 @@ func (s *Sandbox) quotaAttrs() []struct {
 const DaemonPackage = "./services/workspace-daemon"
 
 var sandboxSchema = &hcl.BodySchema{
-	Attributes: []hcl.AttributeSchema{{Name: "managed_execution"}, {Name: "runs_memory_reserve"},
+	Attributes: []hcl.AttributeSchema{{Name: "managed_execution"}, {Name: "share_tools"}, {Name: "runs_memory_reserve"},
 		{Name: "session_quota"}, {Name: "agent_quota"}, {Name: "max_session_quota"}, {Name: "store_reserve"}},
 	Blocks: []hcl.BlockHeaderSchema{{Type: "session_limits"}, {Type: "run_limits"}, {Type: "max_limits"}, {Type: "session_network"}},
 }
@@ -63,6 +66,7 @@ func (d *decoder) decodeSandbox(key string, b *hcl.Block) *Sandbox {
 	s := &Sandbox{}
 	c := d.content(key, b.Body, sandboxSchema)
 	attr(d, c, key, "managed_execution", &s.ManagedExecution)
+	attr(d, c, key, "share_tools", &s.ShareTools)
 	var reserve string
 	if attr(d, c, key, "runs_memory_reserve", &reserve) {
 		s.RunsMemoryReserve = d.size(key+".runs_memory_reserve", reserve)

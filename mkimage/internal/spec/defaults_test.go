@@ -237,6 +237,32 @@ func TestSessionNetworkSpec(t *testing.T) {
 	}
 }
 
+// The appliance of the guest's session-share test is the default one plus the plugin with its
+// tools on (rendered --share-tools) and python3-minimal: nothing else may differ.
+func TestSessionShareSpec(t *testing.T) {
+	def, ss := loadAppliances(t, "session-share.hcl")
+	checkPluginAppliance(t, def, ss, "session-share.hcl", []string{PluginSessionShare}, nil)
+	if cmd := ss.Manifest().Services[0].Command; !slices.Contains(cmd, "--share-tools") || slices.Contains(def.Manifest().Services[0].Command, "--share-tools") {
+		t.Errorf("the daemon's command %q must hold --share-tools (and the default's must not)", cmd)
+	}
+	if got := PluginTag(PluginSessionShare); got != "allox_session_share" {
+		t.Errorf("PluginTag(session-share) = %q", got)
+	}
+	if got := ss.Rootfs.Packages; len(got) == 0 || got[len(got)-1] != "python3-minimal" {
+		t.Errorf("session-share.hcl rootfs packages %q must end with python3-minimal", got)
+	} else {
+		ss.Rootfs.Packages = got[:len(got)-1]
+	}
+	if sb := ss.Services[0].Sandbox; sb == nil || !sb.ShareTools {
+		t.Fatal("session-share.hcl does not set sandbox { share_tools = true }")
+	} else {
+		sb.ShareTools = false
+	}
+	if diff := cmp.Diff(def, ss); diff != "" {
+		t.Errorf("session-share.hcl drifted from images/allox.hcl beyond the plugin (-default +session-share):\n%s", diff)
+	}
+}
+
 // A session_network block with its own policy path installs the policy there, and renders the flag.
 func TestSessionNetworkPolicyPath(t *testing.T) {
 	n := &SessionNetwork{Default: "isolated", Policy: "/etc/net.policy", Rules: "deny host *.example.com"}

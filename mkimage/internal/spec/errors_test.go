@@ -192,7 +192,7 @@ func TestParseErrors(t *testing.T) {
 	}, {
 		name: "unknown plugin",
 		edit: []string{`command = ["/bin/store"]`, `build   = "./services/store"` + "\n  plugins = [\"process-tree\", \"proces-tree\"]\n  command = [\"/bin/store\"]"},
-		want: []string{`30:30: Unknown plugin: plugins may name "process-tree", "session-network" or "system-effects"; got "proces-tree". Did you mean "process-tree"?`},
+		want: []string{`30:30: Unknown plugin: plugins may name "process-tree", "session-network", "session-share" or "system-effects"; got "proces-tree". Did you mean "process-tree"?`},
 	}, {
 		name: "exclusive plugins",
 		edit: []string{`command = ["/bin/store"]`, `build   = "./services/store"` + "\n  plugins = [\"process-tree\", \"system-effects\"]\n  command = [\"/bin/store\"]"},
@@ -254,6 +254,14 @@ func TestParseErrors(t *testing.T) {
 		want: []string{
 			`36:17: Unknown network mode: default may be "disabled", "isolated" or "proxy"; got "proxxy". Did you mean "proxy"?`,
 			`44:21: Missing required argument: The argument "default" is required, but no definition was found.`,
+		},
+	}, {
+		name: "share tools without the plugin, flag in command, unknown key",
+		edit: []string{`command = ["/bin/daemon"]`, `build   = "./services/workspace-daemon"` + "\n  command = [\"/bin/daemon\", \"--share-tools\"]\n  sandbox {\n    share_tools = true\n    share_tool = true\n  }"},
+		want: []string{
+			"33:29: Flag belongs in the sandbox block: --share-tools is rendered from the service's sandbox block; remove it from command and write sandbox { share_tools = true } instead.",
+			`35:19: Plugin not installed: share_tools = true needs the session-share plugin in the daemon; add plugins = ["session-share"] to service "daemon", or remove share_tools.`,
+			`36:5: Unsupported argument: An argument named "share_tool" is not expected here. Did you mean "share_tools"? It is already set on line 35; remove one of the two.`,
 		},
 	}, {
 		name: "sandbox block on another service",

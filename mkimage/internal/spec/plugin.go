@@ -9,12 +9,13 @@ import (
 
 // KnownPlugins are the optional plugins a service's plugins attribute may name. Each is linked
 // into the service's binary only when asked for, by building it with PluginTag(name).
-var KnownPlugins = []string{PluginProcessTree, PluginSessionNetwork, PluginSystemEffects}
+var KnownPlugins = []string{PluginProcessTree, PluginSessionNetwork, PluginSessionShare, PluginSystemEffects}
 
 // Plugin names.
 const (
 	PluginProcessTree    = "process-tree"    // the eBPF process-tree provider
 	PluginSessionNetwork = "session-network" // per-session network namespaces, the proxy and its broker
+	PluginSessionShare   = "session-share"   // file access between sessions through their sockets (allox share)
 	PluginSystemEffects  = "system-effects"  // the system-effects observer, its verifiers and recover step
 )
 

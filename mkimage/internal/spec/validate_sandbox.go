@@ -2,6 +2,7 @@ package spec
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -11,6 +12,7 @@ import (
 // sandboxFlags are the daemon flags a sandbox block renders, with the attribute to write instead.
 var sandboxFlags = map[string]string{
 	"managed-execution":      "managed_execution = true",
+	"share-tools":            "share_tools = true",
 	"session-limits":         "session_limits { ... }",
 	"run-limits":             "run_limits { ... }",
 	"max-limits":             "max_limits { ... }",
@@ -32,6 +34,9 @@ func (s *Sandbox) Flags() []string {
 	var out []string
 	if s.ManagedExecution {
 		out = append(out, "--managed-execution")
+	}
+	if s.ShareTools {
+		out = append(out, "--share-tools")
 	}
 	for _, f := range []struct {
 		name string
@@ -72,6 +77,11 @@ func (d *decoder) validateSandbox(key string, s Service) {
 			"a sandbox block configures the workspace daemon's runs (build = %q); service %q is not built from it: move the block to the daemon's service block.", DaemonPackage, s.Name)
 	}
 	d.validateSessionNetwork(key+".session_network", s)
+	if sb.ShareTools && !slices.Contains(s.Plugins, PluginSessionShare) {
+		d.errorf(key+".share_tools", "Plugin not installed",
+			"share_tools = true needs the session-share plugin in the daemon; add plugins = [%q] to service %q, or remove share_tools.",
+			PluginSessionShare, s.Name)
+	}
 	if sb.MaxSessionQuota > 0 && sb.SessionQuota > sb.MaxSessionQuota {
 		d.errorf(key+".session_quota", "Default above the maximum",
 			"session_quota (%s) is above max_session_quota (%s, %s); lower the default or raise max_session_quota.",

@@ -3,6 +3,7 @@ package daemon
 import (
 	"context"
 	"errors"
+	"fmt"
 
 	"github.com/allox-os/allox/internal/rpc"
 	"github.com/allox-os/allox/services/internal/plugin"
@@ -71,11 +72,18 @@ func (h workspaceHandlers) agentCreate(_ context.Context, c *Call) (any, error) 
 	var p struct {
 		AgentID         string `json:"agent_id"`
 		TurnCheckpoints *bool  `json:"turn_checkpoints"`
+		Shared          string `json:"shared"`
 	}
 	if err := rpc.DecodeParams(c.Params, &p); err != nil {
 		return nil, err
 	}
-	a, err := h.w.CreateAgent(p.AgentID, p.TurnCheckpoints)
+	switch p.Shared {
+	case "", rpc.SharedReadOnly, rpc.SharedReadWrite:
+	default:
+		return nil, &rpc.Error{Code: rpc.CodeInvalidParams, Field: "params.shared", Choices: []string{rpc.SharedReadOnly, rpc.SharedReadWrite},
+			Message: fmt.Sprintf("params.shared %q: use \"ro\" (runs read the agent's shared/, the default) or \"rw\" (runs may write it; it is outside every rollback)", p.Shared)}
+	}
+	a, err := h.w.CreateAgentWith(p.AgentID, workspace.AgentOptions{TurnCheckpoints: p.TurnCheckpoints, SharedWritable: p.Shared == rpc.SharedReadWrite})
 	if err != nil {
 		return nil, err
 	}
@@ -119,7 +127,10 @@ func (h workspaceHandlers) agentDelete(_ context.Context, c *Call) (any, error) 
 
 func (h workspaceHandlers) agent(a *store.Agent) rpc.Agent {
 	out := rpc.Agent{AgentID: a.ID, Created: a.Created, Workspace: a.Workspace, Shared: a.Shared,
-		TurnCheckpoints: h.w.TurnCheckpoints(a.ID, "")}
+		SharedMode: rpc.SharedReadOnly, TurnCheckpoints: h.w.TurnCheckpoints(a.ID, "")}
+	if h.w.SharedWritable(a.ID) {
+		out.SharedMode = rpc.SharedReadWrite
+	}
 	if q, ok, err := h.w.AgentQuota(a.ID); err == nil && ok {
 		out.Quota = wireQuota(q)
 	}

@@ -96,7 +96,7 @@ func bwrapArgs(cfg *Config, req *StartRequest, cwd, tmpDir string, masks []strin
 	} else {
 		a = append(a, "--bind", tmpDir, "/tmp")
 	}
-	if cfg.SharedWritable {
+	if cfg.SharedWritable || ws.SharedWritable {
 		a = append(a, "--bind", ws.Shared, ws.Shared)
 	} else {
 		a = append(a, "--ro-bind", ws.Shared, ws.Shared)

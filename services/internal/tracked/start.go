@@ -473,7 +473,7 @@ func (m *Manager) ownRunDirs(req *StartRequest, tmp string, haveTmp bool) error 
 
 // ownWorkspace hands current/ and (if runs may write it) shared/ to the run's identity.
 func (m *Manager) ownWorkspace(req *StartRequest) error {
-	if m.cfg.SharedWritable {
+	if m.cfg.SharedWritable || req.Workspace.SharedWritable {
 		if err := ownTo(req.Workspace.Shared, m.cfg.RunUID, m.cfg.RunGID); err != nil {
 			return err
 		}

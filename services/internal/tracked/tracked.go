@@ -22,8 +22,9 @@
 //     anyway (the PID namespace dies with its init), so the pitfall of
 //     --die-with-parent killing them adds nothing; a restarted manager kills
 //     and closes runs it finds recorded as running.
-//   - shared/ is bound read-only unless Config.SharedWritable: current/ is
-//     the only writable tree by default, since shared/ is outside rollback.
+//   - shared/ is bound read-only unless the run's Workspace.SharedWritable
+//     (its agent's choice) or Config.SharedWritable: current/ is the only
+//     writable tree by default, since shared/ is outside rollback.
 //   - Limits: pids.max, memory.max, memory.swap.max and cpu.weight on the
 //     session group (Config.SessionLimits, bounding all its runs together)
 //     and on each run group (Config.RunLimits capped by the session's), with
@@ -112,6 +113,9 @@ type Workspace struct {
 	Current  string // the session's current/ (writable, HOME and cwd)
 	Shared   string // the agent's shared/ (ALLOX_AGENT_SHARED)
 	AgentDir string // the agent's workspace/ (ALLOX_AGENT_WORKSPACE); not bound as a whole
+	// SharedWritable binds shared/ writable into this run (its agent chose "shared": "rw") and
+	// hands it to the run's identity; otherwise it is read-only unless Config.SharedWritable.
+	SharedWritable bool
 	// RunTmp is where the runs' private /tmp are staged, <RunTmp>/<run id>: on the session's own
 	// filesystem (so the sync back into current/ can reflink) but outside current/ (so in no
 	// checkpoint) and outside the records dir. "" means .run-tmp beside current/.

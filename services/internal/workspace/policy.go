@@ -22,11 +22,14 @@ type Policy struct {
 type policyState struct {
 	Agents   map[string]bool `json:"agents"`
 	Sessions map[string]bool `json:"sessions"`
+	// SharedRW are the agents whose runs may write their shared/ (agent.create's "shared": "rw");
+	// every other agent's shared/ is read-only in its runs.
+	SharedRW map[string]bool `json:"shared_rw,omitempty"`
 }
 
 // OpenPolicy loads the policy kept in stateDir.
 func OpenPolicy(stateDir string) (*Policy, error) {
-	p := &Policy{path: filepath.Join(stateDir, "turn-policy.json"), st: policyState{Agents: map[string]bool{}, Sessions: map[string]bool{}}}
+	p := &Policy{path: filepath.Join(stateDir, "turn-policy.json"), st: policyState{Agents: map[string]bool{}, Sessions: map[string]bool{}, SharedRW: map[string]bool{}}}
 	data, err := os.ReadFile(p.path)
 	if errors.Is(err, os.ErrNotExist) {
 		return p, nil
@@ -42,6 +45,9 @@ func OpenPolicy(stateDir string) (*Policy, error) {
 	}
 	if p.st.Sessions == nil {
 		p.st.Sessions = map[string]bool{}
+	}
+	if p.st.SharedRW == nil {
+		p.st.SharedRW = map[string]bool{}
 	}
 	return p, nil
 }
@@ -64,6 +70,26 @@ func (p *Policy) SetAgent(agent string, on bool) error {
 	return p.update(func(st *policyState) { st.Agents[agent] = on })
 }
 
+// SharedWritable reports whether the agent's runs may write its shared/.
+func (p *Policy) SharedWritable(agent string) bool {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.st.SharedRW[agent]
+}
+
+// SetAgentOptions records a new agent's settings in one write: its turn policy (nil: none of its
+// own) and whether its runs may write shared/.
+func (p *Policy) SetAgentOptions(agent string, turnCheckpoints *bool, sharedWritable bool) error {
+	return p.update(func(st *policyState) {
+		if turnCheckpoints != nil {
+			st.Agents[agent] = *turnCheckpoints
+		}
+		if sharedWritable {
+			st.SharedRW[agent] = true
+		}
+	})
+}
+
 // SetSession switches the policy for one session.
 func (p *Policy) SetSession(agent, session string, on bool) error {
 	return p.update(func(st *policyState) { st.Sessions[agent+"/"+session] = on })
@@ -76,13 +102,16 @@ func (p *Policy) ForgetSession(agent, session string) error {
 
 // ForgetAgent drops a deleted agent's setting.
 func (p *Policy) ForgetAgent(agent string) error {
-	return p.update(func(st *policyState) { delete(st.Agents, agent) })
+	return p.update(func(st *policyState) {
+		delete(st.Agents, agent)
+		delete(st.SharedRW, agent)
+	})
 }
 
 func (p *Policy) update(change func(*policyState)) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	next := policyState{Agents: clone(p.st.Agents), Sessions: clone(p.st.Sessions)}
+	next := policyState{Agents: clone(p.st.Agents), Sessions: clone(p.st.Sessions), SharedRW: clone(p.st.SharedRW)}
 	change(&next)
 	data, err := json.MarshalIndent(next, "", "  ")
 	if err != nil {

@@ -36,3 +36,33 @@ func TestPolicy(t *testing.T) {
 		t.Error("a forgotten session must fall back to its agent's setting (off)")
 	}
 }
+
+// An agent's shared/ mode is kept outside the workspace: it survives a reopen and goes with the agent.
+func TestPolicySharedWritable(t *testing.T) {
+	dir := t.TempDir()
+	p, err := OpenPolicy(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	off := false
+	if err := p.SetAgentOptions("w", &off, true); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.SetAgentOptions("r", nil, false); err != nil {
+		t.Fatal(err)
+	}
+	p, err = OpenPolicy(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !p.SharedWritable("w") || p.SharedWritable("r") || p.Enabled("w", "x") || !p.Enabled("r", "x") {
+		t.Errorf("after reopen: shared w %v r %v, turns w %v r %v; want true false false true",
+			p.SharedWritable("w"), p.SharedWritable("r"), p.Enabled("w", "x"), p.Enabled("r", "x"))
+	}
+	if err := p.ForgetAgent("w"); err != nil {
+		t.Fatal(err)
+	}
+	if p.SharedWritable("w") {
+		t.Error("a deleted agent's shared mode is kept: a new agent of the same name would inherit rw")
+	}
+}

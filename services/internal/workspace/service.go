@@ -299,7 +299,8 @@ func (s *Service) StartProcess(ctx context.Context, req tracked.StartRequest) (*
 	if err != nil {
 		return nil, err
 	}
-	req.Workspace = tracked.Workspace{Current: p.Current, Shared: p.Shared, AgentDir: p.AgentWorkspace, RunTmp: p.RunTmp}
+	req.Workspace = tracked.Workspace{Current: p.Current, Shared: p.Shared, AgentDir: p.AgentWorkspace, RunTmp: p.RunTmp,
+		SharedWritable: s.policy.SharedWritable(req.AgentID)}
 	// The run's start (its observer's Begin, which fences the session if it fails) acts under this lock.
 	var st *tracked.Status
 	err = s.lend(req.AgentID, req.SessionID, func() error {
@@ -312,17 +313,35 @@ func (s *Service) StartProcess(ctx context.Context, req tracked.StartRequest) (*
 
 // CreateAgent creates the agent and records its turn policy when one is given.
 func (s *Service) CreateAgent(id string, turnCheckpoints *bool) (*store.Agent, error) {
+	return s.CreateAgentWith(id, AgentOptions{TurnCheckpoints: turnCheckpoints})
+}
+
+// AgentOptions are agent.create's optional settings.
+type AgentOptions struct {
+	TurnCheckpoints *bool // the agent's turn policy; nil: the default (on)
+	// SharedWritable lets the agent's runs write its shared/ ("shared": "rw"); the default is
+	// read-only. shared/ is outside every rollback, and the daemon does not serialise the
+	// agent's concurrent sessions there.
+	SharedWritable bool
+}
+
+// CreateAgentWith creates the agent and records its options outside the workspace; if that
+// fails the agent is removed again.
+func (s *Service) CreateAgentWith(id string, opt AgentOptions) (*store.Agent, error) {
 	a, err := s.store.CreateAgent(id)
 	if err != nil {
 		return nil, err
 	}
-	if turnCheckpoints != nil {
-		if err := s.policy.SetAgent(id, *turnCheckpoints); err != nil {
+	if opt.TurnCheckpoints != nil || opt.SharedWritable {
+		if err := s.policy.SetAgentOptions(id, opt.TurnCheckpoints, opt.SharedWritable); err != nil {
 			return nil, errors.Join(err, s.store.DeleteAgent(id))
 		}
 	}
 	return a, nil
 }
+
+// SharedWritable says whether the agent's runs may write its shared/.
+func (s *Service) SharedWritable(agent string) bool { return s.policy.SharedWritable(agent) }
 
 // DeleteAgent deletes an agent without sessions and forgets its policy.
 func (s *Service) DeleteAgent(id string) error {
