@@ -111,7 +111,7 @@ func (p *Plugin) decide(q *request, write bool) (record, *refusal) {
 		return record{}, refuse(rpc.CodeForbidden, "params.target", "not enabled: the target session does not share (it has not run allox share enable, or it disabled it)")
 	}
 	if write && t.Permission != shareproto.Write {
-		return record{}, refuse(rpc.CodeForbidden, "params.target", "read-only: the target shares its scope for reading only (allox share enable --write grants writes)")
+		return record{}, refuse(rpc.CodeForbidden, "params.target", "read-only: the target shares its scope for reading only (the target grants writes with allox share enable --permission write)")
 	}
 	return t, nil
 }
