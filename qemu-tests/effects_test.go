@@ -143,6 +143,29 @@ func TestSystemEffectsInGuest(t *testing.T) {
 		g.t = t
 		wantDomain(t, g.managed(g.session(), `echo residue > "$ALLOX_AGENT_SHARED/note.txt"`), "shared")
 	})
+	t.Run("a share write into another session is never the writer's change", func(t *testing.T) {
+		g.t = t
+		target, writer := g.session(), g.session()
+		ok := func(what string, r rpc.Run) {
+			t.Helper()
+			if r.ExitCode == nil || *r.ExitCode != 0 || r.Effects.Verdict != rpc.VerdictConsistent || r.Effects.Evidence != rpc.EvidenceComplete {
+				t.Fatalf("%s: exit %v, effects %+v; want exit 0, CONSISTENT, COMPLETE", what, r.ExitCode, *r.Effects)
+			}
+			for d, v := range r.Effects.Domains {
+				if v != rpc.VerdictConsistent {
+					t.Errorf("%s: domain %s %s, want every domain CONSISTENT", what, d, v)
+				}
+			}
+		}
+		ok("the target enables a writable share", g.run(target, nil, "/bin/sh", "-c",
+			"mkdir -p output && /run/allox/bin/allox share enable --scope output --permission write"))
+		// The writer's run writes into the target through the daemon: nothing changes in the
+		// writer's own domains (its workspace, the agent's shared/), so its verdict has no change.
+		ok("the writer's share write", g.run(writer, nil, "/bin/sh", "-c",
+			"/run/allox/bin/allox share enable && printf 'from the writer' | /run/allox/bin/allox share write agent-a/"+target+" out.txt && test ! -e out.txt"))
+		// The file is the target's, there before its next run: that run's own verdict is clean.
+		ok("the target's next run reads it", g.run(target, nil, "/bin/sh", "-c", `test "$(cat output/out.txt)" = "from the writer"`))
+	})
 
 	t.Run("observer killed mid-run", func(t *testing.T) {
 		g.t = t

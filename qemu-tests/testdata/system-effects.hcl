@@ -1,5 +1,5 @@
 # The appliance of TestSystemEffectsInGuest: images/allox.hcl with the system-effects observer installed
-# (plugins = ["system-effects"]) and enabled in the daemon's command with the plugin's scope file, and
+# (plugins = ["system-effects"], with session-share beside it) and enabled in the daemon's command with the plugin's scope file, and
 # managed (unsandboxed) execution allowed, so that agents can really change the system under observation.
 # Keep the rest in step with images/allox.hcl: the kernel inputs are the same, so `make image` takes the
 # kernel from the cache. Relative paths are resolved against this file's directory (qemu-tests/testdata/).
@@ -57,7 +57,7 @@ rootfs {
 
 service "workspace-daemon" {
   build   = "./services/workspace-daemon"
-  plugins = ["system-effects"]
+  plugins = ["system-effects", "session-share"]
   command = [
     "/usr/bin/allox-workspace-daemon",
     "--root", "/var/lib/allox/workspaces",
@@ -78,6 +78,9 @@ service "workspace-daemon" {
   # runs_memory_reserve of the guest's memory to init, this daemon and the kata-agent.
   sandbox {
     managed_execution = true
+    # Session share beside the observer: the guest test checks that a share write into another
+    # session is never the writer's change.
+    share_tools = true
     runs_memory_reserve = "192MiB"
     session_quota       = "8GiB"
     agent_quota         = "32GiB"

@@ -171,15 +171,16 @@ func TestProcessTreeSpec(t *testing.T) {
 }
 
 // The appliance of the guest's system-effects test is the default one plus the observer plugin,
-// enabled with its scope file and managed execution: nothing else may differ.
+// enabled with its scope file and managed execution, and session share beside it (the test checks
+// a share write is never the writer's change): nothing else may differ.
 func TestSystemEffectsSpec(t *testing.T) {
 	def, se := loadAppliances(t, "system-effects.hcl")
-	checkPluginAppliance(t, def, se, "system-effects.hcl", []string{PluginSystemEffects},
+	checkPluginAppliance(t, def, se, "system-effects.hcl", []string{PluginSystemEffects, PluginSessionShare},
 		[]string{"--observer", "--observer-scope", ObserverScopeFile})
-	if sb := se.Services[0].Sandbox; sb == nil || !sb.ManagedExecution {
-		t.Errorf("system-effects.hcl must allow managed execution in its sandbox block: %+v", sb)
+	if sb := se.Services[0].Sandbox; sb == nil || !sb.ManagedExecution || !sb.ShareTools {
+		t.Errorf("system-effects.hcl must allow managed execution and share tools in its sandbox block: %+v", sb)
 	} else {
-		sb.ManagedExecution = false
+		sb.ManagedExecution, sb.ShareTools = false, false
 	}
 	if diff := cmp.Diff(def, se); diff != "" {
 		t.Errorf("system-effects.hcl drifted from images/allox.hcl beyond the observer (-default +system-effects):\n%s", diff)
