@@ -60,13 +60,7 @@ func streamSocket(t *testing.T) (path string, got chan string) {
 	}}); err != nil {
 		t.Fatal(err)
 	}
-	ln, err := net.Listen("unix", path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := &http.Server{Handler: daemon.NewHandler(r, daemon.Loopback, "", slog.New(slog.DiscardHandler))}
-	go srv.Serve(ln)
-	t.Cleanup(func() { srv.Close() })
+	serveRouter(t, r, path)
 	return path, got
 }
 
@@ -108,4 +102,17 @@ func TestNetworkConnect(t *testing.T) {
 			t.Errorf("%v = %v, want one line with %q (usage %v)", tc.args, err, tc.err, tc.usage)
 		}
 	}
+}
+
+// serveRouter serves the daemon's own RPC handler for r on a unix socket at path, as a session
+// socket would, until the test ends.
+func serveRouter(t *testing.T, r *daemon.Router, path string) {
+	t.Helper()
+	ln, err := net.Listen("unix", path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: daemon.NewHandler(r, daemon.Loopback, "", slog.New(slog.DiscardHandler))}
+	go srv.Serve(ln)
+	t.Cleanup(func() { srv.Close() })
 }

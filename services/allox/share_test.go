@@ -6,9 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"log/slog"
-	"net"
-	"net/http"
 	"os"
 	"path/filepath"
 	"strings"
@@ -118,13 +115,7 @@ func shareSocket(t *testing.T, files map[string]string) (path string, calls chan
 			return err
 		}), nil
 	}}))
-	ln, err := net.Listen("unix", path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := &http.Server{Handler: daemon.NewHandler(r, daemon.Loopback, "", slog.New(slog.DiscardHandler))}
-	go srv.Serve(ln)
-	t.Cleanup(func() { srv.Close() })
+	serveRouter(t, r, path)
 	return path, calls
 }
 
