@@ -12,8 +12,10 @@ packages=(
   qemu-system-x86
   # BPF C for the process-tree provider (make generate)
   clang llvm libbpf-dev
-  # bench baseline (busybox init) and tools
+  # bench baseline (busybox init) and tools; busybox nc also relays the QEMU tests' guest forwards
   busybox-static curl ca-certificates
+  # the integration tests' in-sandbox clients (session socket, session network and share streams)
+  python3
 )
 
 missing=()
