@@ -13,10 +13,15 @@ import (
 	"github.com/allox-os/allox/services/internal/tracked"
 )
 
-func p50(d []time.Duration) time.Duration {
+func p50(d []time.Duration) time.Duration { return percentile(d, 50) }
+
+func p99(d []time.Duration) time.Duration { return percentile(d, 99) }
+
+// percentile is the q-th percentile of d (nearest rank below).
+func percentile(d []time.Duration, q int) time.Duration {
 	s := slices.Clone(d)
 	slices.Sort(s)
-	return s[len(s)/2]
+	return s[len(s)*q/100]
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
 	"os"
 	"os/exec"
@@ -242,5 +243,44 @@ func TestSessionSocketManaged(t *testing.T) {
 	var si rpc.SessionInfo
 	if !exited0(r) || !strings.HasPrefix(sock, dir+"/") || json.Unmarshal([]byte(info), &si) != nil || si.SessionID != "m" {
 		t.Errorf("managed run: %+v, stdout %q; want the guest path of its socket in %s and its session's info", r, out.Data, dir)
+	}
+}
+
+// TestSessionFilesCannotBeReplaced attacks what the daemon binds into every run: a run may not
+// overwrite, truncate, remove or rename over the client, the shims or its session socket (the next
+// run, or another session's, would then run the attacker's client or reach a socket of its own),
+// and the client on the guest is unchanged afterwards.
+func TestSessionFilesCannotBeReplaced(t *testing.T) {
+	root, dir, cg := btrfsRoot(t), socketsDir(t), testCgroupParent(t)
+	url, _ := stoppable(t, build(t), root, "--session-sockets", dir, "--cgroup-parent", cg)
+	mustPost(t, url, `{"action":"agent.create","params":{"agent_id":"a"}}`)
+	mustPost(t, url, `{"action":"session.create","params":{"agent_id":"a","session_id":"s1"}}`)
+	before, err := os.ReadFile(client(t))
+	must(t, err)
+	for _, attack := range []string{
+		`echo evil > /run/allox/bin/allox`,
+		`: > /run/allox/share.py`,
+		`rm -f /run/allox/network.py`,
+		`rm -f /run/allox/session.sock`,
+		`printf x > /tmp/x && mv -f /tmp/x /run/allox/session.sock`,
+	} {
+		r, _, _ := runOut(t, url, "s1", attack+` 2>/dev/null`)
+		if exited0(r) {
+			t.Errorf("%q succeeded in a run", attack)
+		}
+	}
+	// /run/allox itself is the run's own (a directory of its sandbox's root): moving the client's
+	// directory there changes only that run's view, never the next run's.
+	if r, _, _ := runOut(t, url, "s1", `mv /run/allox/bin /run/allox/elsewhere && test ! -e /run/allox/bin/allox`); !exited0(r) {
+		t.Errorf("a run could not rearrange its own /run/allox: %+v", r)
+	}
+	// The session's next run still has the daemon's client and a working socket.
+	if info := sessionInfo(t, url, "s1"); info.SessionID != "s1" {
+		t.Errorf("after the attacks, session info = %+v", info)
+	}
+	after, err := os.ReadFile(client(t))
+	must(t, err)
+	if !bytes.Equal(before, after) {
+		t.Error("the client on the guest changed")
 	}
 }

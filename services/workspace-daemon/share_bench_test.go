@@ -3,16 +3,14 @@ package main
 import (
 	"bufio"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"io"
 	"path/filepath"
-	"slices"
 	"testing"
 	"time"
 
 	"github.com/allox-os/allox/internal/rpc"
+	"github.com/allox-os/allox/services/internal/daemon"
 	"github.com/allox-os/allox/services/internal/sessionshare/shareproto"
 )
 
@@ -36,8 +34,7 @@ func BenchmarkShareRead4KiB(b *testing.B) {
 		must(b, json.Unmarshal(mustPost(b, url, `{"action":"process.start","params":{"agent_id":"`+as[0]+`","session_id":"`+as[1]+
 			`","argv":["/bin/sh","-c","head -c 4096 /dev/urandom > small.bin"]}}`), &r))
 		mustPost(b, url, `{"action":"process.wait","params":{"run_id":"`+r.RunID+`"}}`)
-		sum := sha256.Sum256([]byte(as[0] + "\x00" + as[1]))
-		c := rpc.NewUnixClient(filepath.Join(socks, hex.EncodeToString(sum[:16])+".sock"))
+		c := rpc.NewUnixClient(filepath.Join(socks, daemon.SessionRef{AgentID: as[0], SessionID: as[1]}.Hash()+".sock"))
 		must(b, c.Call(context.Background(), shareproto.ActionEnable, nil, nil))
 		client[as[0]] = c
 	}
@@ -71,10 +68,4 @@ func BenchmarkShareRead4KiB(b *testing.B) {
 	b.ReportMetric(ms(p50(d)), "p50-ms")
 	b.ReportMetric(ms(p99(d)), "p99-ms")
 	b.ReportMetric(float64(len(d)), "samples")
-}
-
-func p99(d []time.Duration) time.Duration {
-	s := slices.Clone(d)
-	slices.Sort(s)
-	return s[len(s)*99/100]
 }

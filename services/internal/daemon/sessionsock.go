@@ -2,8 +2,6 @@ package daemon
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -34,10 +32,7 @@ const maxSocketPath = 107
 
 // socketName is a session's socket file name: a hash of its ids, so that any ids fit the
 // AF_UNIX path limit.
-func socketName(ref SessionRef) string {
-	sum := sha256.Sum256([]byte(ref.AgentID + "\x00" + ref.SessionID))
-	return hex.EncodeToString(sum[:16]) + ".sock"
-}
+func socketName(ref SessionRef) string { return ref.Hash() + ".sock" }
 
 // socketNameLen is the length of every socketName.
 const socketNameLen = 32 + len(".sock")

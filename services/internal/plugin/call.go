@@ -2,6 +2,8 @@ package plugin
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"io"
 
@@ -63,6 +65,14 @@ func (s Scope) Serves(o Origin) bool {
 // SessionRef names a session.
 type SessionRef struct {
 	AgentID, SessionID string
+}
+
+// Hash names what the daemon and its plugins keep per session outside every workspace (its
+// socket, its namespace, its state files): 32 hex digits of a sha256 of the ids, so that any ids
+// fit a file name and an AF_UNIX path.
+func (r SessionRef) Hash() string {
+	sum := sha256.Sum256([]byte(r.AgentID + "\x00" + r.SessionID))
+	return hex.EncodeToString(sum[:16])
 }
 
 // Call is one decoded request as a handler sees it.

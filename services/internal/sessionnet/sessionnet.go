@@ -23,8 +23,6 @@ package sessionnet
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -150,10 +148,7 @@ type Plugin struct {
 type key struct{ agent, session string }
 
 // hash names a session's files: its namespace and its mode record.
-func (k key) hash() string {
-	sum := sha256.Sum256([]byte(k.agent + "\x00" + k.session))
-	return hex.EncodeToString(sum[:16])
-}
+func (k key) hash() string { return plugin.SessionRef{AgentID: k.agent, SessionID: k.session}.Hash() }
 
 // New checks cfg and returns the plugin's Open, for plugin.Plugin.Open.
 func New(cfg Config, ns Namespaces, broker Broker) (func(context.Context, plugin.Core) (*plugin.Contribution, error), error) {

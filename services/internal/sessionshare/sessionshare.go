@@ -34,11 +34,10 @@ package sessionshare
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/allox-os/allox/internal/atomicfile"
 	"log/slog"
 	"os"
 	"path/filepath"
@@ -96,10 +95,7 @@ type key struct{ agent, session string }
 func (k key) String() string { return k.agent + "/" + k.session }
 
 // hash names a session's state file.
-func (k key) hash() string {
-	sum := sha256.Sum256([]byte(k.agent + "\x00" + k.session))
-	return hex.EncodeToString(sum[:16])
-}
+func (k key) hash() string { return plugin.SessionRef{AgentID: k.agent, SessionID: k.session}.Hash() }
 
 // record is a session's share state, as kept in its file.
 type record struct {
@@ -191,20 +187,13 @@ func (p *Plugin) load() error {
 func (p *Plugin) save(k key, r *record) error {
 	path := filepath.Join(p.sessionDir(), k.hash()+".json")
 	if r == nil {
-		if err := os.Remove(path); err != nil && !errors.Is(err, os.ErrNotExist) {
-			return err
-		}
-		return nil
+		return atomicfile.Remove(path)
 	}
 	b, err := json.Marshal(r)
 	if err != nil {
 		return err
 	}
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, b, 0o600); err != nil {
-		return err
-	}
-	return os.Rename(tmp, path)
+	return atomicfile.Write(path, b, 0o600)
 }
 
 func (p *Plugin) get(k key) (record, bool) {

@@ -167,20 +167,13 @@ func (m *Manager) admit(cmd *exec.Cmd, r *run, hooks []Hook) error {
 	if err == nil {
 		return nil
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), killGrace)
-	defer cancel()
-	killErr := m.cg.killWait(ctx, r.group)
-	st := m.status(r)
-	st.State, st.Reason, st.Ended = StateFailed, "the run's start was abandoned: "+err.Error(), time.Now().UTC()
-	for i := begun - 1; i >= 0; i-- {
-		_, _ = hooks[i].Observer.End(st.clone(), errors.Join(err, killErr))
-	}
-	_ = cmd.Wait()
-	closeOutput(cmd)
-	if killErr == nil {
-		killErr = m.cg.remove(r.group)
-	}
-	return errors.Join(err, killErr)
+	return m.abandon(cmd, r.group, err, func(killErr error) {
+		st := m.status(r)
+		st.State, st.Reason, st.Ended = StateFailed, "the run's start was abandoned: "+err.Error(), time.Now().UTC()
+		for i := begun - 1; i >= 0; i-- {
+			_, _ = hooks[i].Observer.End(st.clone(), errors.Join(err, killErr))
+		}
+	})
 }
 
 // frozen reports whether a hook of the run asks for its group frozen.
@@ -206,12 +199,16 @@ func (m *Manager) setMeta(r *run, name string, meta json.RawMessage) {
 	r.st.Meta[name] = meta
 }
 
-// abandon kills a run that was never released (cgroup.kill also ends frozen tasks), reaps bwrap
-// and removes the group; it returns cause with whatever went wrong doing so.
-func (m *Manager) abandon(cmd *exec.Cmd, group string, cause error) error {
+// abandon kills a run that was never released (cgroup.kill also ends frozen tasks), calls killed
+// (the group emptied, or killErr), reaps bwrap and removes the group; it returns cause with
+// whatever went wrong doing so.
+func (m *Manager) abandon(cmd *exec.Cmd, group string, cause error, killed ...func(killErr error)) error {
 	ctx, cancel := context.WithTimeout(context.Background(), killGrace)
 	defer cancel()
 	killErr := m.cg.killWait(ctx, group)
+	for _, f := range killed {
+		f(killErr)
+	}
 	_ = cmd.Wait()
 	closeOutput(cmd)
 	if killErr == nil {
