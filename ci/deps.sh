@@ -14,6 +14,8 @@ packages=(
   clang llvm libbpf-dev
   # bench baseline (busybox init) and tools; busybox nc also relays the QEMU tests' guest forwards
   busybox-static curl ca-certificates
+  # the session network bench's reference relay
+  socat
   # the integration tests' in-sandbox clients (session socket, session network and share streams)
   python3
 )

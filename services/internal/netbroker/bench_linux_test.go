@@ -7,10 +7,13 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"os"
+	"os/exec"
 	"slices"
 	"testing"
 	"time"
 
+	"github.com/allox-os/allox/internal/testenv"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
 )
@@ -18,9 +21,10 @@ import (
 // BenchmarkProxy measures the broker against a direct connection in the same run, over the
 // test's veth (the direct client sits in the daemon's namespace, where the broker dials from):
 // a small GET's latency (p50/p99 over 400 interleaved samples each way, keep-alive on both), a
-// 100 MiB download's throughput (5 interleaved samples each: direct, forward-proxied, and
-// through a CONNECT tunnel), and new connections per
-// second (a CONNECT tunnel carrying one line to the echo server and back, against a direct
+// 100 MiB download's throughput (5 interleaved samples each: direct, forward-proxied, through a
+// CONNECT tunnel, and through Debian's socat with 256 KiB buffers as the reference relay, since
+// on an unbounded veth the direct transfer is CPU-bound and any relay that terminates TCP adds a
+// second connection's kernel work per byte), and new connections per second (a CONNECT tunnel carrying one line to the echo server and back, against a direct
 // dial doing the same; 10 interleaved rounds of 50). Every proxied request is audited, as in
 // production. It ignores b.N: run it once.
 //
@@ -54,19 +58,26 @@ func BenchmarkProxy(b *testing.B) {
 		fmt.Fprintf(c, "CONNECT web.test:%d HTTP/1.1\r\nHost: web.test\r\n\r\n", bulkPort)
 		return &connectConn{Conn: c}, nil
 	}}}
+	// and the reference every TCP-terminating proxy is held to: Debian's socat relaying the
+	// same bytes between the same two namespaces, with no policy and no audit
+	relayed := socatClient(b, f.topology)
 	const size, bulk = 100 << 20, 5
-	var dt, pt, tt time.Duration
+	var dt, pt, tt, st time.Duration
 	for range bulk {
 		dt += timeGET(b, direct, fmt.Sprintf("http://198.18.0.2:%d/size/%d", bulkPort, size))
 		pt += timeGET(b, proxied, fmt.Sprintf("http://web.test:%d/size/%d", bulkPort, size))
 		tt += timeGET(b, tunnel, fmt.Sprintf("http://web.test:%d/size/%d", bulkPort, size))
+		st += timeGET(b, relayed, fmt.Sprintf("http://198.18.0.2:%d/size/%d", bulkPort, size))
 	}
 	mib := float64(size*bulk) / (1 << 20)
 	b.ReportMetric(mib/dt.Seconds(), "direct-MiB/s")
 	b.ReportMetric(mib/pt.Seconds(), "proxy-MiB/s")
 	b.ReportMetric(mib/tt.Seconds(), "tunnel-MiB/s")
+	b.ReportMetric(mib/st.Seconds(), "socat-MiB/s")
 	b.ReportMetric(dt.Seconds()/pt.Seconds(), "proxy/direct-throughput")
 	b.ReportMetric(dt.Seconds()/tt.Seconds(), "tunnel/direct-throughput")
+	b.ReportMetric(dt.Seconds()/st.Seconds(), "socat/direct-throughput")
+	b.ReportMetric(st.Seconds()/tt.Seconds(), "tunnel/socat-throughput")
 
 	// The same download over a link bounded at 1 Gbit/s (a tbf qdisc on the destination's side
 	// of the veth), as a guest's uplink is bounded: whether the broker keeps up with the link,
@@ -112,9 +123,48 @@ func BenchmarkProxy(b *testing.B) {
 	b.Logf("100 MiB: direct %.0f MiB/s, proxy %.0f MiB/s (%.0f %%, %d samples each)",
 		mib/dt.Seconds(), mib/pt.Seconds(), 100*dt.Seconds()/pt.Seconds(), bulk)
 	b.Logf("100 MiB through CONNECT: %.0f MiB/s (%.0f %% of direct, %d samples each)", mib/tt.Seconds(), 100*dt.Seconds()/tt.Seconds(), bulk)
+	b.Logf("100 MiB through socat, the reference relay: %.0f MiB/s (%.0f %% of direct; CONNECT is %.0f %% of socat, %d samples each)",
+		mib/st.Seconds(), 100*dt.Seconds()/st.Seconds(), 100*st.Seconds()/tt.Seconds(), bulk)
 	b.Logf("100 MiB over a 1 Gbit/s link: direct %.0f MiB/s, proxy %.0f MiB/s (%.0f %%, %d samples each)",
 		shmib/dsh.Seconds(), shmib/psh.Seconds(), 100*dsh.Seconds()/psh.Seconds(), shaped)
 	b.Logf("connections: direct %.0f/s, proxy %.0f/s (%.0f %%, %d each)", n/dc.Seconds(), n/pc.Seconds(), 100*dc.Seconds()/pc.Seconds(), rounds*per)
+}
+
+// socatClient is an HTTP client whose every connection goes through its own socat (Debian's,
+// started inetd-style on the accepted connection): the client dials 127.0.0.1:3129 in the
+// session's namespace, socat runs in the daemon's and connects to the destination. It is the
+// broker's CONNECT path with a stock relay in its place.
+func socatClient(b *testing.B, t *topology) *http.Client {
+	b.Helper()
+	socat, err := exec.LookPath("socat")
+	if err != nil {
+		testenv.Unavailable(b, "socat (Debian package socat), the reference relay: %v", err)
+	}
+	ln := listenIn(b, t.session, "127.0.0.1:3129")
+	go func() {
+		for {
+			c, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			f, err := c.(*net.TCPConn).File()
+			c.Close()
+			if err != nil {
+				b.Error(err)
+				return
+			}
+			cmd := exec.Command(socat, "-b", "262144", "FD:3", fmt.Sprintf("TCP:198.18.0.2:%d", bulkPort))
+			cmd.ExtraFiles = []*os.File{f}
+			if err := inNS(t.daemon, cmd.Start); err != nil {
+				b.Error(err)
+			}
+			f.Close()
+			go cmd.Wait()
+		}
+	}()
+	return &http.Client{Transport: &http.Transport{DialContext: func(ctx context.Context, _, _ string) (net.Conn, error) {
+		return nsDialer{t.session}.DialContext(ctx, "tcp", "127.0.0.1:3129")
+	}}}
 }
 
 // connectConn reads the proxy's 200 before the tunnel's bytes.
