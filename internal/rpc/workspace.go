@@ -35,6 +35,7 @@ const (
 	ActionProcessKill   = "process.kill"
 	ActionProcessList   = "process.list"
 	ActionProcessOutput = "process.output"
+	ActionProcessExec   = "process.exec"
 	ActionProcessTree   = "process.tree"
 	ActionProcessEvents = "process.events"
 

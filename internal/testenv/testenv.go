@@ -2,15 +2,18 @@
 // machine is missing — root, a tool, loop devices, cgroup v2, build outputs, the cached kernel:
 // it skips, saying what to run, or, with CI=true (where nothing the README promises may skip),
 // it fails. Tests ask it instead of deciding for themselves, and every test that reads build
-// outputs finds them through Out.
+// outputs finds them through Out. It also reads streams for tests that wait on one (ReadUntil).
 package testenv
 
 import (
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 	"testing"
+	"time"
 )
 
 // InCI reports whether CI runs the tests (CI=true): then nothing may skip.
@@ -77,4 +80,34 @@ func NeedOut(tb testing.TB, files ...string) string {
 		}
 	}
 	return out
+}
+
+// ReadUntil reads r until what it has read contains want and returns all of it; it fails the
+// test when r ends first or after 30 s. The read goes on in a goroutine: the test does not hang
+// on a stream that never delivers.
+func ReadUntil(tb testing.TB, r io.Reader, want string) string {
+	tb.Helper()
+	got := make(chan string, 1)
+	go func() {
+		var all []byte
+		buf := make([]byte, 4096)
+		for {
+			n, err := r.Read(buf)
+			all = append(all, buf[:n]...)
+			if strings.Contains(string(all), want) || err != nil {
+				got <- string(all)
+				return
+			}
+		}
+	}()
+	select {
+	case s := <-got:
+		if !strings.Contains(s, want) {
+			tb.Fatalf("the stream ended without %q; it had %q", want, s)
+		}
+		return s
+	case <-time.After(30 * time.Second):
+		tb.Fatalf("no %q on the stream within 30 s", want)
+		return ""
+	}
 }

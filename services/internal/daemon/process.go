@@ -28,21 +28,40 @@ type startParams struct {
 	Managed bool `json:"managed"`
 }
 
+func (p *startParams) start() *startParams { return p }
+
 // StartParamNames are process.start's own params, which no plugin may own.
 func StartParamNames() []string { names, _ := rpc.ParamNames(&startParams{}); return names }
 
 func (h workspaceHandlers) processStart(ctx context.Context, c *Call) (any, error) {
+	var p startParams
+	req, undo, err := h.startRequest(ctx, c, &p)
+	if err != nil {
+		return nil, err
+	}
+	st, err := h.w.StartProcess(ctx, req)
+	if err != nil {
+		undo()
+		return nil, err
+	}
+	return run(st), nil
+}
+
+// startRequest decodes a run's params into p (process.start's, or a struct embedding them) once
+// the plugins' are taken out, and makes the run's request with the plugins' and the session
+// socket's additions. undo undoes what the plugins did for it when the run does not start.
+func (h workspaceHandlers) startRequest(ctx context.Context, c *Call, into interface{ start() *startParams }) (tracked.StartRequest, func(), error) {
 	raw, owned, err := h.takePluginParams(c.Params, (*plugin.Loaded).TakeStartParams)
 	if err != nil {
-		return nil, err
+		return tracked.StartRequest{}, nil, err
 	}
-	var p startParams
-	if err := rpc.DecodeParams(raw, &p); err != nil {
-		return nil, err
+	if err := rpc.DecodeParams(raw, into); err != nil {
+		return tracked.StartRequest{}, nil, err
 	}
+	p := into.start()
 	timeout, err := timeoutParam(p.Timeout)
 	if err != nil {
-		return nil, err
+		return tracked.StartRequest{}, nil, err
 	}
 	req := tracked.StartRequest{AgentID: p.AgentID, SessionID: p.SessionID, Argv: p.Argv,
 		Env: p.Env, Cwd: p.Cwd, Stdin: []byte(p.Stdin), Timeout: timeout,
@@ -53,9 +72,12 @@ func (h workspaceHandlers) processStart(ctx context.Context, c *Call) (any, erro
 		base := plugin.RunStart{AgentID: p.AgentID, SessionID: p.SessionID, Managed: p.Managed}
 		run, err := h.plugins.StartRun(ctx, base, owned)
 		if err != nil {
-			return nil, err
+			return tracked.StartRequest{}, nil, err
 		}
-		req.Hooks, undo = run.Hooks, run.Undo
+		req.Hooks = run.Hooks
+		if run.Undo != nil {
+			undo = run.Undo
+		}
 		if len(run.Env) > 0 && req.Extra.Env == nil {
 			req.Extra.Env = map[string]string{}
 		}
@@ -63,17 +85,10 @@ func (h workspaceHandlers) processStart(ctx context.Context, c *Call) (any, erro
 		req.Extra.NetNS = run.NetNS
 	}
 	if req.Extra, err = h.sessionExtra(req); err != nil {
-		if undo != nil {
-			undo()
-		}
-		return nil, err
-	}
-	st, err := h.w.StartProcess(ctx, req)
-	if err != nil {
 		undo()
-		return nil, err
+		return tracked.StartRequest{}, nil, err
 	}
-	return run(st), nil
+	return req, undo, nil
 }
 
 // takePluginParams takes the plugins' params out of an action's params (take: process.start's or

@@ -48,9 +48,17 @@ const killGrace = 10 * time.Second
 // NewManager checks bwrap and sets up the cgroup parent; it fails closed
 // (ErrSandbox) if either is unusable. Runs recorded as running by a previous
 // manager are killed and marked failed.
+//
+// It marks every descriptor the process holds from 3 on close-on-exec. Go opens all of its
+// own so, but not those the process inherited, and neither Go's fork nor bwrap closes
+// anything: whatever the daemon's parent left open (a harness's pipe, a file of its
+// supervisor) would otherwise be open in every run.
 func NewManager(cfg Config) (*Manager, error) {
 	if err := cfg.normalize(); err != nil {
 		return nil, fmt.Errorf("%w: %w", ErrSandbox, err)
+	}
+	if err := unix.CloseRange(3, ^uint(0), unix.CLOSE_RANGE_CLOEXEC); err != nil {
+		return nil, fmt.Errorf("%w: mark inherited descriptors close-on-exec: %w", ErrSandbox, err)
 	}
 	// The records are the daemon's alone: no run needs to reach anything in them (a run's
 	// private /tmp is staged in its session's directory).

@@ -94,7 +94,6 @@ func (m *Manager) Start(ctx context.Context, req StartRequest) (*Status, error) 
 		_ = os.RemoveAll(dir)
 		return nil, fmt.Errorf("%w: %w", ErrSandbox, m.abandon(cmd, r.group, err))
 	}
-	r.out = [2]*boundedWriter{cmd.Stdout.(*boundedWriter), cmd.Stderr.(*boundedWriter)}
 	if err := m.admit(cmd, r, req.Hooks); err != nil {
 		release.Close()
 		_ = os.RemoveAll(r.st.Tmp)
@@ -303,6 +302,9 @@ func (m *Manager) prepare(req *StartRequest, r *run, dir, cwd string) (*exec.Cmd
 		for _, f := range files {
 			f.Close()
 		}
+		if req.attach != nil && req.attach.child != nil {
+			req.attach.closeChild()
+		}
 	}
 	var out [2]*boundedWriter
 	for i, name := range []string{"stdout", "stderr"} {
@@ -311,8 +313,23 @@ func (m *Manager) prepare(req *StartRequest, r *run, dir, cwd string) (*exec.Cmd
 			closeAll()
 			return nil, nil, nil, err
 		}
+		if req.attach != nil { // the output goes to the caller; the record's files stay empty
+			f.Close()
+			out[i] = &boundedWriter{max: m.cfg.MaxOutputBytes}
+			continue
+		}
 		files = append(files, f)
 		out[i] = &boundedWriter{f: f, max: m.cfg.MaxOutputBytes}
+	}
+	r.out = out
+	if req.attach != nil {
+		if err := req.attach.open(); err != nil {
+			return nil, nil, nil, err
+		}
+		r.st.Attached = AttachedPipes
+		if req.attach.term != nil {
+			r.st.Attached = AttachedTerminal
+		}
 	}
 	block, release, err := os.Pipe()
 	if err != nil {
@@ -344,12 +361,19 @@ func (m *Manager) prepare(req *StartRequest, r *run, dir, cwd string) (*exec.Cmd
 		}
 		return nil, nil, nil, fmt.Errorf("cgroup %s: %w", r.st.Cgroup, err)
 	}
-	cmd.Stdin = bytes.NewReader(req.Stdin)
-	cmd.Stdout, cmd.Stderr = out[0], out[1]
-	cmd.WaitDelay = time.Second
 	if cmd.SysProcAttr == nil {
 		cmd.SysProcAttr = &syscall.SysProcAttr{}
 	}
+	if a := req.attach; a != nil {
+		cmd.Stdin, cmd.Stdout, cmd.Stderr = a.child[0], a.child[1], a.child[2]
+		if a.term != nil && req.Managed { // a session of its own, its terminal the controlling one
+			cmd.SysProcAttr.Setsid, cmd.SysProcAttr.Setctty, cmd.SysProcAttr.Ctty = true, true, 0
+		}
+	} else {
+		cmd.Stdin = bytes.NewReader(req.Stdin)
+		cmd.Stdout, cmd.Stderr = out[0], out[1]
+	}
+	cmd.WaitDelay = time.Second
 	cmd.SysProcAttr.UseCgroupFD, cmd.SysProcAttr.CgroupFD = true, int(cgfd.Fd())
 	// bwrap dies with the daemon; --die-with-parent takes the sandbox along. Pdeathsig is tied to
 	// the thread cmd is forked from, which the runtime keeps for the daemon's life unless a
@@ -357,7 +381,13 @@ func (m *Manager) prepare(req *StartRequest, r *run, dir, cwd string) (*exec.Cmd
 	cmd.SysProcAttr.Pdeathsig = syscall.SIGKILL
 	cmd.ExtraFiles = extra
 	// The output files stay open in the writers until supervise ends.
-	return cmd, release, func() { cgfd.Close(); closeFiles(extra) }, nil
+	return cmd, release, func() {
+		cgfd.Close()
+		closeFiles(extra)
+		if req.attach != nil {
+			req.attach.closeChild()
+		}
+	}, nil
 }
 
 // launch is a sandboxed run's launcher: the command, the files the child inherits from argsFD
@@ -389,7 +419,7 @@ func (m *Manager) boundaryCmd(req *StartRequest, cwd, tmp string) (*launch, erro
 		closeFiles([]*os.File{args, filter})
 		return nil, fmt.Errorf("info fd: %w", err)
 	}
-	argv := append(append(append([]string(nil), req.Extra.Prefix...), m.cfg.Bwrap, "--args", strconv.Itoa(argsFD), "--"), req.Argv...)
+	argv := append(append(append([]string(nil), req.Extra.Prefix...), m.cfg.Bwrap, "--args", strconv.Itoa(argsFD), "--"), req.attach.argv(req.Argv)...)
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.Env = []string{"PATH=" + sandboxPath} // bwrap --clearenv anyway
 	cmd.Dir = "/"
@@ -535,8 +565,10 @@ func (m *Manager) supervise(cmd *exec.Cmd, r *run, dir string, req StartRequest)
 		defer t.Stop()
 	}
 	waitErr := cmd.Wait()
-	for _, w := range []any{cmd.Stdout, cmd.Stderr} {
-		w.(*boundedWriter).f.Close()
+	for _, w := range r.out {
+		if w.f != nil {
+			w.f.Close()
+		}
 	}
 	if len(req.Hooks) > 0 && m.cg.populated(r.group) {
 		m.residue(req.Hooks, r)

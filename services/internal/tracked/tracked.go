@@ -152,6 +152,8 @@ type StartRequest struct {
 	Hooks []Hook
 	// Extra is what the daemon's plugins (and its session socket) add to the run's sandbox.
 	Extra Extra
+
+	attach *attachment // StartAttached's streams; nil: Stdin and the record's output files
 }
 
 // Extra is what is added to a run beyond its request: the daemon's plugins' contributions and
@@ -232,6 +234,9 @@ type Status struct {
 	Reason    string    `json:"reason,omitempty"`
 	// Managed says the run went the managed (unsandboxed) path.
 	Managed bool `json:"managed,omitempty"`
+	// Attached says the run's streams went to its caller (StartAttached), not to its record:
+	// AttachedPipes or AttachedTerminal; empty for a run that kept its output.
+	Attached string `json:"attached,omitempty"`
 	// StdoutDropped and StderrDropped are the bytes of each stream beyond Config.MaxOutputBytes,
 	// dropped (set once the run has ended; see Manager.Dropped for a live run).
 	StdoutDropped int64 `json:"stdout_dropped,omitempty"`
@@ -244,6 +249,12 @@ type Status struct {
 	// Tmp is the staging directory of the run's private /tmp (removed when the run ends).
 	Tmp string `json:"tmp,omitempty"`
 }
+
+// Status.Attached values.
+const (
+	AttachedPipes    = "pipes"
+	AttachedTerminal = "terminal"
+)
 
 func (s *Status) clone() *Status {
 	c := *s

@@ -291,6 +291,23 @@ func (s *Service) killFor(kill *bool) bool {
 
 // StartProcess starts a tracked, sandboxed run in the session unless it is fenced.
 func (s *Service) StartProcess(ctx context.Context, req tracked.StartRequest) (*tracked.Status, error) {
+	return s.start(req, func(req tracked.StartRequest) (*tracked.Status, error) { return s.runs.Start(ctx, req) })
+}
+
+// StartAttached starts a run like StartProcess with its standard streams (or a terminal of size
+// term) given to the caller (tracked.Manager.StartAttached), who closes them.
+func (s *Service) StartAttached(ctx context.Context, req tracked.StartRequest, term *tracked.TermSize) (*tracked.Status, *tracked.Attached, error) {
+	var a *tracked.Attached
+	st, err := s.start(req, func(req tracked.StartRequest) (st *tracked.Status, err error) {
+		st, a, err = s.runs.StartAttached(ctx, req, term)
+		return st, err
+	})
+	return st, a, err
+}
+
+// start runs start with req's workspace filled in, under the session's lock, unless the session
+// is fenced.
+func (s *Service) start(req tracked.StartRequest, start func(tracked.StartRequest) (*tracked.Status, error)) (*tracked.Status, error) {
 	defer s.lock(req.AgentID, req.SessionID)()
 	if err := s.fences.Check(req.AgentID, req.SessionID); err != nil {
 		return nil, err
@@ -305,7 +322,7 @@ func (s *Service) StartProcess(ctx context.Context, req tracked.StartRequest) (*
 	var st *tracked.Status
 	err = s.lend(req.AgentID, req.SessionID, func() error {
 		var err error
-		st, err = s.runs.Start(ctx, req)
+		st, err = start(req)
 		return err
 	})
 	return st, err
