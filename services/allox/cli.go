@@ -30,6 +30,7 @@ type caller struct {
 	client *rpc.Client
 	socket string
 	stdout io.Writer
+	stderr io.Writer
 }
 
 func (c *caller) call(ctx context.Context, action string, params any) error {
@@ -87,6 +88,8 @@ func commands() []command {
 		{"session", "session info", sessionCmd},
 		{"turn", "turn begin ID | turn end ID [--failed]", turnCmd},
 		{"call", "call ACTION [JSON|-]", callCmd},
+		{"relay", "relay [--ready] tcp HOST PORT | relay [--ready] unix PATH", relayCmd},
+		{"sftp-server", "sftp-server", sftpServerCmd},
 	}
 	for _, p := range plugins {
 		core = append(core, p.command())
@@ -115,7 +118,7 @@ func run(ctx context.Context, args []string, stdin io.Reader, stdout, stderr io.
 	if socket == "" {
 		socket = defaultSocket
 	}
-	c := &caller{client: rpc.NewUnixClient(socket), socket: socket, stdout: stdout}
+	c := &caller{client: rpc.NewUnixClient(socket), socket: socket, stdout: stdout, stderr: stderr}
 	for _, cmd := range commands() {
 		if cmd.name == args[0] {
 			return cmd.run(ctx, c, args[1:], stdin)

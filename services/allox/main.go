@@ -6,6 +6,8 @@
 //	allox turn begin ID
 //	allox turn end ID [--failed]
 //	allox call ACTION [JSON]
+//	allox relay tcp HOST PORT | relay unix PATH   (stdin and stdout to a connection the run makes)
+//	allox sftp-server                             (SFTP on stdin and stdout)
 //	allox share|network|monitor ...   (the plugins' subcommands)
 package main
 
