@@ -16,6 +16,8 @@ packages=(
   busybox-static curl ca-certificates
   # the session network bench's reference relay
   socat
+  # the Probe's SSH endpoint tests: OpenSSH's own ssh, sftp and ssh-keygen as clients
+  openssh-client
   # the integration tests' in-sandbox clients (session socket, session network and share streams)
   python3
 )

@@ -16,7 +16,8 @@ import (
 // IDE's forwarded connections (SSH direct-tcpip, direct-streamlocal) reach a server in the
 // session: the connection is made inside the sandbox, with the run's identity, network namespace
 // and view of the files, so it reaches exactly what the session's runs reach. --ready writes
-// RelayReady to stderr once connected, so that a caller can accept the forward only then.
+// RelayReady to stdout once connected, before any relayed byte, so that a caller can accept the
+// forward only then.
 func relayCmd(ctx context.Context, c *caller, args []string, stdin io.Reader) error {
 	ready := len(args) > 0 && args[0] == "--ready"
 	if ready {
@@ -41,7 +42,7 @@ func relayCmd(ctx context.Context, c *caller, args []string, stdin io.Reader) er
 		return fmt.Errorf("relay %s %s: %s", network, addr, oneLine(err.Error()))
 	}
 	if ready {
-		fmt.Fprint(c.stderr, RelayReady)
+		fmt.Fprint(c.stdout, RelayReady)
 	}
 	if err := relay(conn, stdin, c.stdout); err != nil {
 		return fmt.Errorf("relay %s %s: %s", network, addr, oneLine(err.Error()))
@@ -49,7 +50,7 @@ func relayCmd(ctx context.Context, c *caller, args []string, stdin io.Reader) er
 	return nil
 }
 
-// RelayReady is what allox relay --ready writes to stderr once its connection is made.
+// RelayReady is what allox relay --ready writes to stdout once its connection is made.
 const RelayReady = "allox-relay: connected\n"
 
 // sftpServerCmd is "allox sftp-server": the SFTP protocol on stdin and stdout, serving the run's

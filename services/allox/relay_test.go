@@ -51,11 +51,9 @@ func TestRelay(t *testing.T) {
 		if err := run(context.Background(), args, strings.NewReader("forwarded bytes"), &out, &errs); err != nil {
 			t.Fatalf("%q: %v", args, err)
 		}
-		if out.String() != "FORWARDED BYTES" {
-			t.Errorf("%q: relayed back %q", args, out.String())
-		}
-		if want := map[bool]string{true: RelayReady}[args[1] == "--ready"]; errs.String() != want {
-			t.Errorf("%q: stderr %q, want %q", args, errs.String(), want)
+		want := map[bool]string{true: RelayReady}[args[1] == "--ready"] + "FORWARDED BYTES"
+		if out.String() != want || errs.Len() != 0 {
+			t.Errorf("%q: relayed back %q and said %q; want %q and nothing", args, out.String(), errs.String(), want)
 		}
 	}
 }

@@ -1,18 +1,11 @@
 package main
 
 import (
-	"bufio"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
-	"fmt"
-	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
-	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -21,6 +14,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/allox-os/allox/internal/daemontest"
 	"github.com/allox-os/allox/internal/rpc"
 	"github.com/allox-os/allox/services/internal/system"
 )
@@ -51,18 +45,7 @@ var (
 	builtProcessTree = sync.OnceValues(func() (string, error) { return goBuild("allox_process_tree") })
 )
 
-func goBuild(tags string) (string, error) {
-	dir, err := os.MkdirTemp("", "allox-workspace-daemon-test")
-	if err != nil {
-		return "", err
-	}
-	bin := filepath.Join(dir, "allox-workspace-daemon")
-	out, err := exec.Command("go", "build", "-tags", tags, "-ldflags", "-X main.version=v9.9.9-test", "-o", bin, ".").CombinedOutput()
-	if err != nil {
-		return "", fmt.Errorf("go build -tags %q: %w\n%s", tags, err, out)
-	}
-	return bin, nil
-}
+func goBuild(tags string) (string, error) { return daemontest.Build(tags) }
 
 func TestMain(m *testing.M) {
 	code := m.Run()
@@ -74,87 +57,16 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// testCgroupParent is a cgroup parent of the test's own (the same across its daemon's restarts):
-// daemons of tests run at the same time (go test runs packages in parallel) must not share one,
-// since a daemon removes the groups of sessions its store does not have. It is removed when the
-// test ends.
+// testCgroupParent is a cgroup parent of the test's own (daemontest.CgroupParent).
 func testCgroupParent(t testing.TB, suffix ...string) string {
-	sum := sha256.Sum256([]byte(strings.Join(append([]string{t.Name()}, suffix...), "/")))
-	name := "allox-test-" + hex.EncodeToString(sum[:6])
-	t.Cleanup(func() { removeCgroupTree(t, name) })
-	return name
+	return daemontest.CgroupParent(t, suffix...)
 }
 
-// removeCgroupTree removes an empty cgroup tree below the cgroup2 mount, deepest first.
-func removeCgroupTree(t testing.TB, name string) {
-	for _, mount := range []string{"/sys/fs/cgroup/unified", "/sys/fs/cgroup"} {
-		var dirs []string
-		_ = filepath.WalkDir(filepath.Join(mount, name), func(p string, d fs.DirEntry, err error) error {
-			if err == nil && d.IsDir() {
-				dirs = append(dirs, p)
-			}
-			return nil
-		})
-		for i := len(dirs) - 1; i >= 0; i-- {
-			if err := os.Remove(dirs[i]); err != nil && !errors.Is(err, os.ErrNotExist) {
-				t.Logf("cgroup %s left: %v", dirs[i], err)
-			}
-		}
-	}
-}
-
-var listening = regexp.MustCompile(`msg=listening .*listener=(\w+) addr=(\S+)`)
-
-// start runs the daemon and waits until it reports its listeners; stderr goes to t.Logf.
+// start runs the daemon and waits until it reports its listeners; stderr goes to t.Logf. The
+// daemon gets its own --session-sockets and the built --client unless args name them.
 func start(t testing.TB, bin string, want int, args ...string) (*exec.Cmd, func() error, map[string]string) {
 	t.Helper()
-	if !slices.Contains(args, "--cgroup-parent") {
-		args = append(args, "--cgroup-parent", testCgroupParent(t))
-	}
-	args = withSessionSockets(t, args)
-	cmd := exec.Command(bin, args...)
-	stderr, err := cmd.StderrPipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	t.Logf("started: %s %s", bin, strings.Join(args, " "))
-	addrs := make(chan [2]string, 8)
-	logged := make(chan struct{})
-	go func() {
-		defer close(logged)
-		defer close(addrs)
-		sc := bufio.NewScanner(stderr)
-		for sc.Scan() {
-			t.Log("daemon: " + sc.Text())
-			if m := listening.FindStringSubmatch(sc.Text()); m != nil {
-				select {
-				case addrs <- [2]string{m[1], m[2]}:
-				default:
-				}
-			}
-		}
-	}()
-	// wait reads stderr to its end before reaping (as exec.Cmd requires), so nothing logs after
-	// the test ends.
-	wait := sync.OnceValue(func() error { <-logged; return cmd.Wait() })
-	t.Cleanup(func() { cmd.Process.Kill(); wait() })
-	got := map[string]string{}
-	timeout := time.After(30 * time.Second)
-	for len(got) < want {
-		select {
-		case a, ok := <-addrs:
-			if !ok {
-				t.Fatalf("the daemon exited before listening (have %v)", got)
-			}
-			got[a[0]] = a[1]
-		case <-timeout:
-			t.Fatalf("the daemon did not report %d listeners in 30s (have %v)", want, got)
-		}
-	}
-	return cmd, wait, got
+	return daemontest.Start(t, bin, want, withSessionSockets(t, args)...)
 }
 
 func TestDaemonBinary(t *testing.T) {

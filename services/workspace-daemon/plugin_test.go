@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/allox-os/allox/internal/daemontest"
 	"io"
 	"net/http"
 	"os"
@@ -121,8 +122,8 @@ func inProcess(t testing.TB, root string, known []plugin.Plugin) (loop, host str
 		sc := bufio.NewScanner(pr)
 		for sc.Scan() {
 			t.Log("daemon: " + sc.Text())
-			if m := listening.FindStringSubmatch(sc.Text()); m != nil {
-				addrs <- [2]string{m[1], m[2]}
+			if name, addr, ok := daemontest.Listening(sc.Text()); ok {
+				addrs <- [2]string{name, addr}
 			}
 		}
 	}()
