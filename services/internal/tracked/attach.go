@@ -108,12 +108,13 @@ func (a *attachment) closeChild() {
 const setsidPath = "/usr/bin/setsid"
 
 // argv is the command a sandbox starts for argv: the same, or with a terminal, started by setsid
-// as the session leader that controls the terminal (it waits and passes on the exit status).
+// -c, which makes a session controlling the terminal and execs argv (the same process: its exit
+// status is the run's).
 func (a *attachment) argv(argv []string) []string {
 	if a == nil || a.term == nil {
 		return argv
 	}
-	return append([]string{setsidPath, "--ctty", "--wait"}, argv...)
+	return append([]string{setsidPath, "-c"}, argv...)
 }
 
 // termInput writes to a terminal's master; Close leaves the master (the terminal's output) open.
@@ -127,13 +128,17 @@ func (termInput) Close() error                  { return nil }
 // stdout, stderr and controlling terminal), or three pipes when term is nil. The run is
 // supervised, limited, recorded and ended exactly like any other; the caller closes a.
 //
-// With a terminal, bwrap still starts the sandbox in a session of its own (--new-session, so that
-// nothing in it can push input into a terminal of the daemon's with TIOCSTI), and the command is
-// started by setsid --ctty (util-linux, in every Debian system) inside: a session leader in the
-// sandbox's PID namespace whose controlling terminal is the run's own. A shell's job control then
-// works, and hands the terminal back to a process group it can see when it exits; with the
-// terminal controlled from outside the namespace an interactive dash cannot do that and exits 2.
-// A managed run's launcher is made that session leader directly.
+// With a terminal, the sandbox's command is started by setsid -c (util-linux's, or busybox's in
+// the guest: both take -c): a new session inside the sandbox's PID namespace whose controlling
+// terminal is the run's own, so that a shell's job control works and hands the terminal back to
+// a process group it can see when it exits (with the terminal controlled from outside the
+// namespace an interactive dash cannot, and exits 2). bwrap then does not make the session
+// itself (--new-session): setsid must find its process not leading a process group, or it forks
+// and busybox's returns at once. The session is still new before the command runs — setsid, a
+// trusted program, makes it first — so nothing in the sandbox ever holds the daemon's own
+// controlling terminal (--new-session's reason: TIOCSTI into the caller's terminal), and its
+// descriptors are the run's terminal alone. A managed run's launcher is made that session leader
+// directly.
 func (m *Manager) StartAttached(ctx context.Context, req StartRequest, term *TermSize) (*Status, *Attached, error) {
 	if len(req.Stdin) > 0 {
 		return nil, nil, invalid("stdin", "an attached run reads its stdin from the caller's stream: leave stdin out and write it there")
@@ -143,7 +148,7 @@ func (m *Manager) StartAttached(ctx context.Context, req StartRequest, term *Ter
 	}
 	if term != nil && !req.Managed {
 		if _, err := os.Stat(setsidPath); err != nil {
-			return nil, nil, fmt.Errorf("%w: a terminal run starts its command with %s (util-linux): %w", ErrSandbox, setsidPath, err)
+			return nil, nil, fmt.Errorf("%w: a terminal run starts its command with %s (util-linux or busybox): %w", ErrSandbox, setsidPath, err)
 		}
 	}
 	req.attach = &attachment{term: term}

@@ -73,12 +73,17 @@ func bwrapArgs(cfg *Config, req *StartRequest, cwd, tmpDir string, masks []strin
 	a := []string{
 		"--unshare-user", "--uid", strconv.Itoa(int(cfg.RunUID)), "--gid", strconv.Itoa(int(cfg.RunGID)), "--disable-userns",
 		"--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try",
-		"--die-with-parent", "--new-session",
+		"--die-with-parent",
+	}
+	if req.attach == nil || req.attach.term == nil { // a terminal's run makes its own (StartAttached)
+		a = append(a, "--new-session")
+	}
+	a = append(a,
 		"--cap-drop", "ALL",
 		"--proc", "/proc", "--dev", "/dev",
 		"--block-fd", strconv.Itoa(blockFD),
 		"--add-seccomp-fd", strconv.Itoa(seccompFD),
-	}
+	)
 	if cfg.UnshareNet && req.Extra.NetNS == nil { // a session's namespace is entered by the fork (start.go)
 		a = append(a, "--unshare-net")
 	}
