@@ -30,6 +30,8 @@ var plugins = []plugin{
 	{name: "network", title: "session network", enable: "--session-network isolated|proxy", subs: "connect HOST PORT",
 		typed: map[string]func(context.Context, *caller, []string, io.Reader) error{"connect": networkConnect}},
 	{name: "monitor", title: "monitor", enable: "--monitor-root DIR", subs: "..."},
+	{name: "dialog", title: "dialog", enable: "--dialog", subs: "ask [--question] [--option X]... --default X [--timeout S] PROMPT | hook claude-code [--default allow|deny|ask]",
+		typed: dialogTyped},
 }
 
 func (p plugin) command() command {

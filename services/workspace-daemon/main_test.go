@@ -49,7 +49,7 @@ func goBuild(tags string) (string, error) { return daemontest.Build(tags) }
 
 func TestMain(m *testing.M) {
 	code := m.Run()
-	for _, b := range []func() (string, error){built, builtProcessTree, builtSessionNetwork, builtSessionShare, builtClient} {
+	for _, b := range []func() (string, error){built, builtProcessTree, builtSessionNetwork, builtSessionShare, builtDialog, builtClient} {
 		if bin, err := b(); err == nil {
 			os.RemoveAll(filepath.Dir(bin))
 		}

@@ -30,6 +30,9 @@ type Sandbox struct {
 	// ShareTools enables the session-share plugin's actions on the sessions' sockets (allox share,
 	// python3 /run/allox/share.py): --share-tools. It needs the session-share plugin.
 	ShareTools bool `json:"share_tools"`
+	// Dialog enables the dialog plugin (the Probe's dialog channel: runs ask on their session's
+	// socket, the host listener answers): --dialog. It needs the dialog plugin.
+	Dialog bool `json:"dialog"`
 	// SessionNetwork configures the session-network plugin (nil: the daemon's defaults, the
 	// plugin off).
 	SessionNetwork *SessionNetwork `json:"session_network,omitempty"`
@@ -52,7 +55,7 @@ func (s *Sandbox) quotaAttrs() []struct {
 const DaemonPackage = "./services/workspace-daemon"
 
 var sandboxSchema = &hcl.BodySchema{
-	Attributes: []hcl.AttributeSchema{{Name: "managed_execution"}, {Name: "share_tools"}, {Name: "runs_memory_reserve"},
+	Attributes: []hcl.AttributeSchema{{Name: "managed_execution"}, {Name: "share_tools"}, {Name: "dialog"}, {Name: "runs_memory_reserve"},
 		{Name: "session_quota"}, {Name: "agent_quota"}, {Name: "max_session_quota"}, {Name: "store_reserve"}},
 	Blocks: []hcl.BlockHeaderSchema{{Type: "session_limits"}, {Type: "run_limits"}, {Type: "max_limits"}, {Type: "session_network"}},
 }
@@ -67,6 +70,7 @@ func (d *decoder) decodeSandbox(key string, b *hcl.Block) *Sandbox {
 	c := d.content(key, b.Body, sandboxSchema)
 	attr(d, c, key, "managed_execution", &s.ManagedExecution)
 	attr(d, c, key, "share_tools", &s.ShareTools)
+	attr(d, c, key, "dialog", &s.Dialog)
 	var reserve string
 	if attr(d, c, key, "runs_memory_reserve", &reserve) {
 		s.RunsMemoryReserve = d.size(key+".runs_memory_reserve", reserve)

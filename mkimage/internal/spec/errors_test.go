@@ -192,7 +192,7 @@ func TestParseErrors(t *testing.T) {
 	}, {
 		name: "unknown plugin",
 		edit: []string{`command = ["/bin/store"]`, `build   = "./services/store"` + "\n  plugins = [\"process-tree\", \"proces-tree\"]\n  command = [\"/bin/store\"]"},
-		want: []string{`30:30: Unknown plugin: plugins may name "process-tree", "session-network", "session-share" or "system-effects"; got "proces-tree". Did you mean "process-tree"?`},
+		want: []string{`30:30: Unknown plugin: plugins may name "process-tree", "session-network", "session-share", "system-effects" or "dialog"; got "proces-tree". Did you mean "process-tree"?`},
 	}, {
 		name: "exclusive plugins",
 		edit: []string{`command = ["/bin/store"]`, `build   = "./services/store"` + "\n  plugins = [\"process-tree\", \"system-effects\"]\n  command = [\"/bin/store\"]"},
@@ -262,6 +262,13 @@ func TestParseErrors(t *testing.T) {
 			"33:29: Flag belongs in the sandbox block: --share-tools is rendered from the service's sandbox block; remove it from command and write sandbox { share_tools = true } instead.",
 			`35:19: Plugin not installed: share_tools = true needs the session-share plugin in the daemon; add plugins = ["session-share"] to service "daemon", or remove share_tools.`,
 			`36:5: Unsupported argument: An argument named "share_tool" is not expected here. Did you mean "share_tools"? It is already set on line 35; remove one of the two.`,
+		},
+	}, {
+		name: "dialog without the plugin, flag in command",
+		edit: []string{`command = ["/bin/daemon"]`, `build   = "./services/workspace-daemon"` + "\n  command = [\"/bin/daemon\", \"--dialog\"]\n  sandbox {\n    dialog = true\n  }"},
+		want: []string{
+			"33:29: Flag belongs in the sandbox block: --dialog is rendered from the service's sandbox block; remove it from command and write sandbox { dialog = true } instead.",
+			`35:14: Plugin not installed: dialog = true needs the dialog plugin in the daemon; add plugins = ["dialog"] to service "daemon", or remove dialog.`,
 		},
 	}, {
 		name: "sandbox block on another service",

@@ -13,6 +13,7 @@ import (
 var sandboxFlags = map[string]string{
 	"managed-execution":      "managed_execution = true",
 	"share-tools":            "share_tools = true",
+	"dialog":                 "dialog = true",
 	"session-limits":         "session_limits { ... }",
 	"run-limits":             "run_limits { ... }",
 	"max-limits":             "max_limits { ... }",
@@ -37,6 +38,9 @@ func (s *Sandbox) Flags() []string {
 	}
 	if s.ShareTools {
 		out = append(out, "--share-tools")
+	}
+	if s.Dialog {
+		out = append(out, "--dialog")
 	}
 	for _, f := range []struct {
 		name string
@@ -81,6 +85,11 @@ func (d *decoder) validateSandbox(key string, s Service) {
 		d.errorf(key+".share_tools", "Plugin not installed",
 			"share_tools = true needs the session-share plugin in the daemon; add plugins = [%q] to service %q, or remove share_tools.",
 			PluginSessionShare, s.Name)
+	}
+	if sb.Dialog && !slices.Contains(s.Plugins, PluginDialog) {
+		d.errorf(key+".dialog", "Plugin not installed",
+			"dialog = true needs the dialog plugin in the daemon; add plugins = [%q] to service %q, or remove dialog.",
+			PluginDialog, s.Name)
 	}
 	if sb.MaxSessionQuota > 0 && sb.SessionQuota > sb.MaxSessionQuota {
 		d.errorf(key+".session_quota", "Default above the maximum",

@@ -101,6 +101,9 @@ type Config struct {
 	// ShareTools enables the session-share plugin: sessions that opt in (allox share enable)
 	// read, and where granted write, each other's shared directory through the daemon.
 	ShareTools bool
+	// Dialog enables the dialog plugin: runs ask questions on their session's socket
+	// (dialog.ask) that the host side answers (dialog.pending, dialog.answer).
+	Dialog bool
 	// SessionSockets is the directory of the sessions' own sockets (see SessionSockets), outside
 	// every workspace; Client the allox client bound into every sandboxed run with the python
 	// shims beside it ("" binds none).
@@ -172,6 +175,7 @@ func ParseFlags(args []string, stderr io.Writer) (Config, error) {
 		c.RunRecords.MaxBytes = n
 		return err
 	})
+	fset.BoolVar(&c.Dialog, "dialog", false, "enable the dialog plugin: runs ask permission requests and questions on their session's socket, which the host listener's dialog.pending and dialog.answer serve (needs the dialog plugin)")
 	fset.BoolVar(&c.ShareTools, "share-tools", false, "enable the session-share plugin: sessions that opt in (allox share enable) read and write each other's shared directory through the daemon (needs the session-share plugin)")
 	fset.BoolVar(&c.Observer, "observer", false, "run every process.start under the system-effects observer (needs the system-effects plugin; excludes --process-tree-provider=ebpf)")
 	fset.StringVar(&c.ObserverScope, "observer-scope", "", "scope `file` of the observer: domains beyond the Session Workspace and shared/ (needs --observer)")
