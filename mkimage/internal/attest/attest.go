@@ -2,10 +2,13 @@ package attest
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"path/filepath"
 
 	"github.com/allox-os/allox/internal/artifact"
+	"github.com/allox-os/allox/internal/attestation"
 	"github.com/allox-os/allox/mkimage/internal/build"
 	"github.com/allox-os/allox/mkimage/internal/spec"
 )
@@ -20,7 +23,7 @@ type Options struct {
 	ModuleRoot string
 	CacheDir   string
 	BuilderID  string
-	Key        *Key
+	Key        *attestation.Key
 }
 
 // Attest renders the statement of the build in o.Dir from its manifest.json, signs it and writes
@@ -56,5 +59,10 @@ func Attest(ctx context.Context, o Options) error {
 	if err != nil {
 		return err
 	}
-	return Write(ctx, o.Dir, st, o.Key)
+	return attestation.Write(ctx, o.Dir, st, o.Key)
+}
+
+func sha256Hex(b []byte) string {
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:])
 }

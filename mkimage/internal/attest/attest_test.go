@@ -13,12 +13,13 @@ import (
 
 	"github.com/secure-systems-lab/go-securesystemslib/dsse"
 
+	"github.com/allox-os/allox/internal/attestation"
 	"github.com/allox-os/allox/mkimage/internal/attest"
 )
 
-func load(t *testing.T, ref string, private bool) *attest.Key {
+func load(t *testing.T, ref string, private bool) *attestation.Key {
 	t.Helper()
-	k, err := attest.LoadKey(ref, private)
+	k, err := attestation.LoadKey(ref, private)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -76,7 +77,7 @@ func TestAttestDeterministic(t *testing.T) {
 		if err := attest.Attest(context.Background(), o); err != nil {
 			t.Fatal(err)
 		}
-		data, err := os.ReadFile(attest.File(dir))
+		data, err := os.ReadFile(attestation.File(dir))
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -90,7 +91,7 @@ func TestAttestDeterministic(t *testing.T) {
 // rewrite changes the envelope of dir.
 func rewrite(t *testing.T, dir string, edit func(e *dsse.Envelope)) {
 	t.Helper()
-	e, err := attest.ReadEnvelope(attest.File(dir))
+	e, err := attestation.ReadEnvelope(attestation.File(dir))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -99,7 +100,7 @@ func rewrite(t *testing.T, dir string, edit func(e *dsse.Envelope)) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	writeFile(t, attest.File(dir), append(data, '\n'))
+	writeFile(t, attestation.File(dir), append(data, '\n'))
 }
 
 // editPayload rewrites the signed statement (keeping the signature).
@@ -125,36 +126,36 @@ func TestVerifyRefuses(t *testing.T) {
 	}{{
 		name: "missing attestation",
 		attack: func(t *testing.T, dir, pub string) string {
-			os.Remove(attest.File(dir))
+			os.Remove(attestation.File(dir))
 			return pub
 		},
-		want: attest.ErrMissing, msg: "attestation.intoto.jsonl does not exist",
+		want: attestation.ErrMissing, msg: "attestation.intoto.jsonl does not exist",
 	}, {
 		name: "missing signature",
 		attack: func(t *testing.T, dir, pub string) string {
 			rewrite(t, dir, func(e *dsse.Envelope) { e.Signatures = nil })
 			return pub
 		},
-		want: attest.ErrUnsigned, msg: "the envelope has no signature",
+		want: attestation.ErrUnsigned, msg: "the envelope has no signature",
 	}, {
 		name: "wrong key",
 		attack: func(t *testing.T, dir, pub string) string {
 			_, other := keyPair(t, "ed25519")
 			return other
 		},
-		want: attest.ErrOtherKey, msg: "signed by another key: it is signed by keyid",
+		want: attestation.ErrOtherKey, msg: "signed by another key: it is signed by keyid",
 	}, {
 		name: "signed by another key claiming the trusted key's id",
 		attack: func(t *testing.T, dir, pub string) string {
 			otherDir, _ := signed(t, "ed25519")
-			forged, err := attest.ReadEnvelope(attest.File(otherDir))
+			forged, err := attestation.ReadEnvelope(attestation.File(otherDir))
 			if err != nil {
 				t.Fatal(err)
 			}
 			rewrite(t, dir, func(e *dsse.Envelope) { e.Signatures[0].Sig = forged.Signatures[0].Sig })
 			return pub
 		},
-		want: attest.ErrSignature, msg: "the statement or its signature changed after signing",
+		want: attestation.ErrSignature, msg: "the statement or its signature changed after signing",
 	}, {
 		name: "tampered statement",
 		attack: func(t *testing.T, dir, pub string) string {
@@ -163,35 +164,35 @@ func TestVerifyRefuses(t *testing.T) {
 			})
 			return pub
 		},
-		want: attest.ErrSignature, msg: "attestation signature does not verify with the trusted key",
+		want: attestation.ErrSignature, msg: "attestation signature does not verify with the trusted key",
 	}, {
 		name: "tampered output",
 		attack: func(t *testing.T, dir, pub string) string {
 			writeFile(t, filepath.Join(dir, "rootfs.img"), []byte("another disk image\n"))
 			return pub
 		},
-		want: attest.ErrSubject, msg: "rootfs.img: sha256 ",
+		want: attestation.ErrSubject, msg: "rootfs.img: sha256 ",
 	}, {
 		name: "missing output",
 		attack: func(t *testing.T, dir, pub string) string {
 			os.Remove(filepath.Join(dir, "bzImage"))
 			return pub
 		},
-		want: attest.ErrSubject, msg: "bzImage: missing from",
+		want: attestation.ErrSubject, msg: "bzImage: missing from",
 	}, {
 		name: "output that is no subject",
 		attack: func(t *testing.T, dir, pub string) string {
 			writeFile(t, filepath.Join(dir, "kata", "extra.toml"), []byte("x = 1\n"))
 			return pub
 		},
-		want: attest.ErrSubject, msg: "kata/extra.toml: not a subject of the attestation",
+		want: attestation.ErrSubject, msg: "kata/extra.toml: not a subject of the attestation",
 	}, {
 		name: "garbage envelope",
 		attack: func(t *testing.T, dir, pub string) string {
-			writeFile(t, attest.File(dir), []byte("{\"payloadType\": 3}\n"))
+			writeFile(t, attestation.File(dir), []byte("{\"payloadType\": 3}\n"))
 			return pub
 		},
-		want: attest.ErrMalformed, msg: "attestation malformed",
+		want: attestation.ErrMalformed, msg: "attestation malformed",
 	}} {
 		t.Run(tc.name, func(t *testing.T) {
 			dir, pub := signed(t, "ed25519")
@@ -211,11 +212,11 @@ func TestVerifyRefusesSubjectOutsideDir(t *testing.T) {
 	priv, pub := keyPair(t, "ed25519")
 	st := []byte(`{"_type": "https://in-toto.io/Statement/v1", "subject": [{"name": "../../etc/shadow", "digest": {"sha256": "` +
 		strings.Repeat("0", 64) + `"}}], "predicateType": "https://slsa.dev/provenance/v1", "predicate": {}}`)
-	if err := attest.Write(context.Background(), dir, st, load(t, priv, true)); err != nil {
+	if err := attestation.Write(context.Background(), dir, st, load(t, priv, true)); err != nil {
 		t.Fatal(err)
 	}
 	_, err := attest.Verify(context.Background(), dir, load(t, pub, false))
-	if !errors.Is(err, attest.ErrMalformed) || !strings.Contains(err.Error(), `subject "../../etc/shadow" must be a path inside`) {
+	if !errors.Is(err, attestation.ErrMalformed) || !strings.Contains(err.Error(), `subject "../../etc/shadow" must be a path inside`) {
 		t.Fatalf("Verify: %v; want the subject refused", err)
 	}
 }
@@ -248,7 +249,7 @@ func TestLoadKey(t *testing.T) {
 		{rsaKey, true, "rsa keys are not supported: use ed25519 or ECDSA P-256"},
 		{"/nonexistent.pem", false, "no such file"},
 	} {
-		if _, err := attest.LoadKey(tc.ref, tc.private); err == nil || !strings.Contains(err.Error(), tc.msg) {
+		if _, err := attestation.LoadKey(tc.ref, tc.private); err == nil || !strings.Contains(err.Error(), tc.msg) {
 			t.Errorf("LoadKey(%q): %v; want %q", tc.ref, err, tc.msg)
 		}
 	}
@@ -269,7 +270,7 @@ func TestAttestRefuses(t *testing.T) {
 	if err := attest.Attest(context.Background(), o); err == nil || !strings.Contains(err.Error(), "changed after the build (bzImage: changed") {
 		t.Errorf("attest of a changed output: %v", err)
 	}
-	if _, err := os.Stat(attest.File(dir)); !os.IsNotExist(err) {
-		t.Errorf("the refused attest wrote %s", attest.File(dir))
+	if _, err := os.Stat(attestation.File(dir)); !os.IsNotExist(err) {
+		t.Errorf("the refused attest wrote %s", attestation.File(dir))
 	}
 }

@@ -20,13 +20,14 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/allox-os/allox/internal/artifact"
+	"github.com/allox-os/allox/internal/attestation"
 	"github.com/allox-os/allox/mkimage/internal/build"
 )
 
 // The statement's and the predicate's types, and the build type this provenance describes: a
 // mkimage build of an image spec from an Allox source tree.
 const (
-	PredicateType = "https://slsa.dev/provenance/v1"
+	PredicateType = attestation.PredicateType
 	BuildType     = "urn:allox-os:mkimage:build:v1"
 	// DefaultBuilderID names the builder when the platform gives none (mkimage -builder-id).
 	DefaultBuilderID = "urn:allox-os:mkimage"

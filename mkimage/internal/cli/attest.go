@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 
 	"github.com/allox-os/allox/internal/artifact"
+	"github.com/allox-os/allox/internal/attestation"
 	"github.com/allox-os/allox/mkimage/internal/attest"
 	"github.com/allox-os/allox/mkimage/internal/build"
 )
@@ -82,7 +83,7 @@ func runAttest(ctx context.Context, c Context, args []string) error {
 
 // sign loads the key and attests the build in dir (mkimage attest, and mkimage build -key).
 func sign(ctx context.Context, c Context, sf signFlags, dir string, l *loaded, cache string) error {
-	key, err := attest.LoadKey(sf.key, true)
+	key, err := attestation.LoadKey(sf.key, true)
 	if err != nil {
 		return err
 	}
@@ -92,7 +93,7 @@ func sign(ctx context.Context, c Context, sf signFlags, dir string, l *loaded, c
 		return err
 	}
 	id, _ := key.KeyID()
-	fmt.Fprintf(c.Stdout, "signed %s with %s (keyid %s)\n", attest.File(dir), sf.key, id)
+	fmt.Fprintf(c.Stdout, "signed %s with %s (keyid %s)\n", attestation.File(dir), sf.key, id)
 	return nil
 }
 

@@ -11,8 +11,8 @@ import (
 	"path/filepath"
 
 	"github.com/allox-os/allox/internal/artifact"
+	"github.com/allox-os/allox/internal/attestation"
 	"github.com/allox-os/allox/kernel"
-	"github.com/allox-os/allox/mkimage/internal/attest"
 	"github.com/allox-os/allox/mkimage/internal/build"
 )
 
@@ -68,7 +68,7 @@ func runBuild(ctx context.Context, c Context, args []string) error {
 		return err
 	}
 	if bf.sign.key == "" { // an attestation of a previous build would name other outputs
-		if err := os.Remove(attest.File(l.img.Output.Dir)); err != nil && !errors.Is(err, os.ErrNotExist) {
+		if err := os.Remove(attestation.File(l.img.Output.Dir)); err != nil && !errors.Is(err, os.ErrNotExist) {
 			return err
 		}
 	}

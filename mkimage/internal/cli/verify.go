@@ -5,6 +5,7 @@ import (
 	"flag"
 	"fmt"
 
+	"github.com/allox-os/allox/internal/attestation"
 	"github.com/allox-os/allox/mkimage/internal/attest"
 	"github.com/allox-os/allox/mkimage/internal/build"
 )
@@ -38,7 +39,7 @@ func runVerify(ctx context.Context, c Context, args []string) error {
 		fmt.Fprintf(c.Stdout, "verified: every artifact of %s matches its manifest and SBOM\n", dir)
 		return nil
 	}
-	key, err := attest.LoadKey(*keyRef, false)
+	key, err := attestation.LoadKey(*keyRef, false)
 	if err != nil {
 		return err
 	}

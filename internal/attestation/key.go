@@ -1,4 +1,4 @@
-package attest
+package attestation
 
 import (
 	"context"
@@ -116,9 +116,4 @@ func keyID(pub crypto.PublicKey) (string, error) {
 	}
 	sum := sha256.Sum256(der)
 	return "sha256:" + hex.EncodeToString(sum[:]), nil
-}
-
-func sha256Hex(b []byte) string {
-	sum := sha256.Sum256(b)
-	return hex.EncodeToString(sum[:])
 }
