@@ -16,6 +16,8 @@ packages=(
   busybox-static curl ca-certificates
   # the integration tests' in-sandbox clients (session socket, session network and share streams)
   python3
+  # install.sh checks the signed attestation with openssl (the installer tests run it)
+  openssl
 )
 
 missing=()

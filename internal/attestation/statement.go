@@ -6,6 +6,8 @@
 package attestation
 
 import (
+	"bytes"
+	"encoding/json"
 	"fmt"
 	"path/filepath"
 
@@ -35,4 +37,23 @@ func ParseStatement(payload []byte) (*intoto.Statement, error) {
 		}
 	}
 	return &st, nil
+}
+
+// Encode renders a statement as install.sh and people read it: protojson's field order, one key
+// per line (re-indented with encoding/json, since protojson varies its white space on purpose), so
+// the same statement always has the same bytes.
+func Encode(st *intoto.Statement) ([]byte, error) {
+	if err := st.Validate(); err != nil {
+		return nil, fmt.Errorf("in-toto statement: %w", err)
+	}
+	raw, err := protojson.Marshal(st)
+	if err != nil {
+		return nil, err
+	}
+	var buf bytes.Buffer
+	if err := json.Indent(&buf, raw, "", "  "); err != nil {
+		return nil, err
+	}
+	buf.WriteByte('\n')
+	return buf.Bytes(), nil
 }

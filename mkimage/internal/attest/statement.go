@@ -7,7 +7,6 @@
 package attest
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"sort"
@@ -53,8 +52,8 @@ type Definition struct {
 }
 
 // Statement renders the in-toto statement of the build in dir that p describes. manifestSHA is the
-// sha256 of dir/manifest.json, a subject beside the outputs. The bytes are deterministic: protojson's
-// field order, re-indented with encoding/json (protojson varies its white space on purpose).
+// sha256 of dir/manifest.json, a subject beside the outputs. The bytes are deterministic
+// (attestation.Encode).
 func Statement(p *build.Provenance, manifestSHA string, def Definition) ([]byte, error) {
 	subjects := []*intoto.ResourceDescriptor{{Name: artifact.Manifest, Digest: map[string]string{"sha256": manifestSHA}}}
 	for _, o := range p.Outputs {
@@ -95,19 +94,11 @@ func Statement(p *build.Provenance, manifestSHA string, def Definition) ([]byte,
 		return nil, err
 	}
 	st := &intoto.Statement{Type: intoto.StatementTypeUri, Subject: subjects, PredicateType: PredicateType, Predicate: predStruct}
-	if err := st.Validate(); err != nil {
-		return nil, fmt.Errorf("BUG: in-toto statement: %w", err)
-	}
-	raw, err := protojson.Marshal(st)
+	data, err := attestation.Encode(st)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("BUG: %w", err)
 	}
-	var buf bytes.Buffer
-	if err := json.Indent(&buf, raw, "", "  "); err != nil {
-		return nil, err
-	}
-	buf.WriteByte('\n')
-	return buf.Bytes(), nil
+	return data, nil
 }
 
 func specPath(p *build.Provenance) string {
