@@ -34,7 +34,7 @@ var commands = map[string]command{
 	"verify":     {"verify DIR [--key PUB]", "recheck every output hash in DIR/manifest.json and the SBOM (with --key, the signed attestation too); name what changed", runVerify},
 	"attest":     {"attest DIR --key KEY", "sign the build in DIR: an in-toto statement with SLSA provenance in a DSSE envelope", runAttest},
 	"kata-check": {"kata-check [-out DIR] [SPEC]", "check built artifacts offline against what the Kata runtime expects", runKataCheck},
-	"push":       {"push [-out DIR] [-insecure] REF", "publish the build as a runnable OCI image for the allox-deploy DaemonSet; print its digest-pinned reference", runPush},
+	"push":       {"push [-out DIR] [-insecure] -verify-key PUB|none REF", "publish the build as a runnable OCI image for the allox-deploy DaemonSet; print its digest-pinned reference", runPush},
 }
 
 // errUsage marks errors that are the caller's wording, answered with the usage text.
