@@ -55,7 +55,11 @@ func Attest(ctx context.Context, o Options) error {
 	if err != nil {
 		return err
 	}
-	st, err := Statement(p, manifestSHA, Definition{SpecText: o.SpecText, Plan: plan, BuilderID: o.BuilderID})
+	def := Definition{SpecText: o.SpecText, Plan: plan, BuilderID: o.BuilderID}
+	if p.Source != nil {
+		def.Commit = build.HeadCommit(ctx, o.ModuleRoot, p.Source.GitTree)
+	}
+	st, err := Statement(p, manifestSHA, def)
 	if err != nil {
 		return err
 	}

@@ -98,7 +98,7 @@ func outputDir(t *testing.T) (string, attest.Options) {
 		Toolchain: []build.Tool{{Name: "go", Version: "go1.26.8"}},
 		GoBinaries: []build.GoBinary{{Path: "/sbin/init", Package: "github.com/allox-os/allox/init", GoVersion: "go1.26.8",
 			Modules: []build.GoModule{{Path: "github.com/allox-os/allox", Version: "(devel)"}, {Path: "golang.org/x/sys", Version: "v0.50.0", Sum: "h1:abc="}}}},
-		Source: &build.Source{GitTree: "0ab2d1f464d5fdd06d74f0eff4066ace3fac7d08", GitCommit: "717206afae46e0beb4892ed44590212e39644c2d"},
+		Source: &build.Source{GitTree: "0ab2d1f464d5fdd06d74f0eff4066ace3fac7d08"},
 	}
 	for name, data := range files {
 		writeFile(t, filepath.Join(dir, name), []byte(data))

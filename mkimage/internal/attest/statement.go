@@ -49,6 +49,8 @@ type Definition struct {
 	SpecText  []byte
 	Plan      any
 	BuilderID string
+	// Commit is the commit whose tree is the source's, when the checkout is clean.
+	Commit string
 }
 
 // Statement renders the in-toto statement of the build in dir that p describes. manifestSHA is the
@@ -73,7 +75,7 @@ func Statement(p *build.Provenance, manifestSHA string, def Definition) ([]byte,
 	if err != nil {
 		return nil, err
 	}
-	deps, err := dependencies(p)
+	deps, err := dependencies(p, def.Commit)
 	if err != nil {
 		return nil, err
 	}
@@ -114,7 +116,7 @@ func specPath(p *build.Provenance) string {
 // (spec, kernel source, fragments, patches, the Debian userland, the Go binaries, ...), every Debian
 // package with its version, every Go module linked into a binary with its go.sum hash, and every
 // tool of the toolchain with its version.
-func dependencies(p *build.Provenance) ([]*intoto.ResourceDescriptor, error) {
+func dependencies(p *build.Provenance, commit string) ([]*intoto.ResourceDescriptor, error) {
 	var deps []*intoto.ResourceDescriptor
 	add := func(rd *intoto.ResourceDescriptor, kind string, notes map[string]any) error {
 		m := map[string]any{kindAnnotation: kind}
@@ -131,11 +133,10 @@ func dependencies(p *build.Provenance) ([]*intoto.ResourceDescriptor, error) {
 	}
 	if s := p.Source; s != nil {
 		digest := map[string]string{"gitTree": s.GitTree}
-		if s.Clean && s.GitCommit != "" {
-			digest["gitCommit"] = s.GitCommit
+		if commit != "" {
+			digest["gitCommit"] = commit
 		}
-		if err := add(&intoto.ResourceDescriptor{Name: "allox", Digest: digest}, KindSource,
-			map[string]any{"clean": s.Clean, "headCommit": s.GitCommit}); err != nil {
+		if err := add(&intoto.ResourceDescriptor{Name: "allox", Digest: digest}, KindSource, nil); err != nil {
 			return nil, err
 		}
 	}

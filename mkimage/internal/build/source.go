@@ -11,14 +11,12 @@ import (
 )
 
 // Source is the Allox checkout a build compiled its Go binaries (and read its kernel patches and
-// fragments) from, as git names it: the tree of the tracked files as they were on disk, and the
-// commit checked out. Clean says the tree is the commit's, so another clone of that commit has the
-// same source; a dirty tree is still in this repository's object store (the build wrote it there),
-// which is what `mkimage rebuild` reads it from.
+// fragments) from, as git names it: the tree of the tracked files as they were on disk. Only the
+// content is recorded (not the commit), so a rebuild from the same tree writes the same manifest.
+// A tree with uncommitted changes is still in this repository's object store (the build wrote it
+// there), which is where `mkimage rebuild` reads it from.
 type Source struct {
-	GitTree   string `json:"git_tree"`
-	GitCommit string `json:"git_commit,omitempty"`
-	Clean     bool   `json:"clean"`
+	GitTree string `json:"git_tree"`
 }
 
 // sourceTree records the checkout at root through a scratch copy of git's index (git add -u,
@@ -51,13 +49,21 @@ func sourceTree(ctx context.Context, root string) (*Source, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &Source{GitTree: tree}
-	if commit, err := git(ctx, root, nil, "rev-parse", "--verify", "-q", "HEAD^{commit}"); err == nil {
-		s.GitCommit = commit
-		head, err := git(ctx, root, nil, "rev-parse", "HEAD^{tree}")
-		s.Clean = err == nil && head == tree
+	return &Source{GitTree: tree}, nil
+}
+
+// HeadCommit is the commit checked out at root when its tree is tree (the checkout is clean), so
+// another clone of that commit has the same source; "" otherwise.
+func HeadCommit(ctx context.Context, root, tree string) string {
+	head, err := git(ctx, root, nil, "rev-parse", "--verify", "-q", "HEAD^{tree}")
+	if err != nil || head != tree {
+		return ""
 	}
-	return s, nil
+	commit, err := git(ctx, root, nil, "rev-parse", "HEAD^{commit}")
+	if err != nil {
+		return ""
+	}
+	return commit
 }
 
 // git runs git in dir and returns its trimmed output.
@@ -71,3 +77,7 @@ func git(ctx context.Context, dir string, env []string, args ...string) (string,
 	}
 	return strings.TrimSpace(stdout.String()), nil
 }
+
+// Toolchain records the version of every tool of the build on this machine, as the manifest's
+// toolchain does: what `mkimage rebuild` compares with the provenance's.
+func Toolchain(ctx context.Context) ([]Tool, error) { return toolchain(ctx) }
