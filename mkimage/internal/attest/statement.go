@@ -1,9 +1,10 @@
 // Package attest turns a build's provenance (out/manifest.json) into a signed attestation a
 // platform's tools read: an in-toto Statement v1 whose subjects are every output with its sha256
 // and whose predicate is SLSA Provenance v1, in a DSSE envelope signed with an ed25519 or ECDSA
-// P-256 key (attestation.intoto.jsonl beside the outputs). It checks one too: the signature with
-// a trusted public key, and every subject against the files. The formats and the envelope are the
-// in-toto attestation Go bindings' and go-securesystemslib's; nothing here encodes or signs by hand.
+// P-256 key (attestation.intoto.jsonl beside the outputs, through internal/attestation). It checks
+// one too: the signature with a trusted public key, every subject against its file, and that every
+// output is a subject. The formats are the in-toto attestation Go bindings'; nothing here encodes
+// or signs by hand.
 package attest
 
 import (

@@ -16,7 +16,8 @@ import (
 
 // Verify checks the attestation of the build in dir with the trusted key: the envelope's
 // signature, then every subject against its file, and that every output of dir is a subject.
-// It returns the statement; each refusal wraps one of the package's sentinels and names the file.
+// It returns the statement; each refusal wraps one of internal/attestation's sentinels and names
+// the file.
 func Verify(ctx context.Context, dir string, key *attestation.Key) (*intoto.Statement, error) {
 	env, err := attestation.ReadEnvelope(attestation.File(dir))
 	if err != nil {

@@ -88,3 +88,19 @@ func copyOutputs(t *testing.T, out string) string {
 	}
 	return dir
 }
+
+// mkimage rebuild needs an attestation, and says which is missing.
+func TestRebuildCommandRefuses(t *testing.T) {
+	if code, _, stderr := run(t, "rebuild"); code != 2 || !strings.Contains(stderr, "usage: mkimage rebuild [--key PUB] ATTESTATION") {
+		t.Errorf("rebuild without an attestation: exit %d, %q", code, stderr)
+	}
+	missing := filepath.Join(t.TempDir(), "attestation.intoto.jsonl")
+	tmp := t.TempDir()
+	t.Setenv("TMPDIR", tmp)
+	if code, _, stderr := run(t, "rebuild", missing); code != 1 || !strings.Contains(stderr, "attestation missing: "+missing+" does not exist") {
+		t.Errorf("rebuild of a missing attestation: exit %d, %q", code, stderr)
+	}
+	if left, _ := os.ReadDir(tmp); len(left) != 0 {
+		t.Errorf("the refused rebuild left %s in TMPDIR", left[0].Name())
+	}
+}

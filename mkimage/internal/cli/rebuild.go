@@ -45,7 +45,9 @@ func runRebuild(ctx context.Context, c Context, args []string) error {
 	}
 	res, err := rebuild.Run(ctx, o)
 	if err != nil {
-		fmt.Fprintf(c.Stderr, "mkimage rebuild: kept %s\n", o.Scratch)
+		if os.Remove(o.Scratch) != nil { // not empty: keep what the rebuild got that far
+			fmt.Fprintf(c.Stderr, "mkimage rebuild: kept %s\n", o.Scratch)
+		}
 		return err
 	}
 	if res.Reproduced() {
