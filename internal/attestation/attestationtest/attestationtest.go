@@ -10,6 +10,7 @@ import (
 	"crypto/ed25519"
 	"crypto/elliptic"
 	"crypto/rand"
+	"crypto/rsa"
 	"crypto/x509"
 	"encoding/pem"
 	"io/fs"
@@ -25,16 +26,23 @@ import (
 	"github.com/allox-os/allox/internal/attestation"
 )
 
-// KeyPair writes a fresh key pair ("ed25519" or "p256") into a temporary directory and returns the
-// signing key and the public key's PEM file.
-func KeyPair(tb testing.TB, kind string) (*attestation.Key, string) {
+// KeyFiles writes a fresh key pair of kind ("ed25519", "p256", and for refusal tests "p384" or
+// "rsa") as PEM files (PKCS#8, PKIX) into a temporary directory and returns their paths.
+func KeyFiles(tb testing.TB, kind string) (priv, pub string) {
 	tb.Helper()
 	var k crypto.Signer
 	var err error
-	if kind == "p256" {
-		k, err = ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	} else {
+	switch kind {
+	case "ed25519":
 		_, k, err = ed25519.GenerateKey(rand.Reader)
+	case "p256":
+		k, err = ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	case "p384":
+		k, err = ecdsa.GenerateKey(elliptic.P384(), rand.Reader)
+	case "rsa":
+		k, err = rsa.GenerateKey(rand.Reader, 2048)
+	default:
+		tb.Fatalf("BUG: key kind %q", kind)
 	}
 	if err != nil {
 		tb.Fatal(err)
@@ -48,13 +56,21 @@ func KeyPair(tb testing.TB, kind string) (*attestation.Key, string) {
 		tb.Fatal(err)
 	}
 	dir := tb.TempDir()
-	priv, pub := filepath.Join(dir, "signing.pem"), filepath.Join(dir, "trusted.pub")
+	priv, pub = filepath.Join(dir, kind+".pem"), filepath.Join(dir, kind+".pub")
 	if err := os.WriteFile(priv, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der}), 0o600); err != nil {
 		tb.Fatal(err)
 	}
 	if err := os.WriteFile(pub, pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: pubDER}), 0o644); err != nil {
 		tb.Fatal(err)
 	}
+	return priv, pub
+}
+
+// KeyPair writes a fresh key pair ("ed25519" or "p256") and returns the signing key and the public
+// key's PEM file.
+func KeyPair(tb testing.TB, kind string) (*attestation.Key, string) {
+	tb.Helper()
+	priv, pub := KeyFiles(tb, kind)
 	key, err := attestation.LoadKey(priv, true)
 	if err != nil {
 		tb.Fatal(err)

@@ -14,6 +14,7 @@ import (
 	"github.com/secure-systems-lab/go-securesystemslib/dsse"
 
 	"github.com/allox-os/allox/internal/attestation"
+	"github.com/allox-os/allox/internal/attestation/attestationtest"
 	"github.com/allox-os/allox/mkimage/internal/attest"
 )
 
@@ -31,7 +32,7 @@ func load(t *testing.T, ref string, private bool) *attestation.Key {
 func signed(t *testing.T, kind string) (string, string) {
 	t.Helper()
 	dir, o := outputDir(t)
-	priv, pub := keyPair(t, kind)
+	priv, pub := attestationtest.KeyFiles(t, kind)
 	o.Key = load(t, priv, true)
 	if err := attest.Attest(context.Background(), o); err != nil {
 		t.Fatal(err)
@@ -70,7 +71,7 @@ func TestSignVerifyRoundTrip(t *testing.T) {
 // Signing the same build twice with the same ed25519 key gives the same bytes.
 func TestAttestDeterministic(t *testing.T) {
 	dir, o := outputDir(t)
-	priv, _ := keyPair(t, "ed25519")
+	priv, _ := attestationtest.KeyFiles(t, "ed25519")
 	o.Key = load(t, priv, true)
 	var got [][]byte
 	for range 2 {
@@ -140,7 +141,7 @@ func TestVerifyRefuses(t *testing.T) {
 	}, {
 		name: "wrong key",
 		attack: func(t *testing.T, dir, pub string) string {
-			_, other := keyPair(t, "ed25519")
+			_, other := attestationtest.KeyFiles(t, "ed25519")
 			return other
 		},
 		want: attestation.ErrOtherKey, msg: "signed by another key: it is signed by keyid",
@@ -209,7 +210,7 @@ func TestVerifyRefuses(t *testing.T) {
 // refused before any file is read.
 func TestVerifyRefusesSubjectOutsideDir(t *testing.T) {
 	dir, _ := outputDir(t)
-	priv, pub := keyPair(t, "ed25519")
+	priv, pub := attestationtest.KeyFiles(t, "ed25519")
 	st := []byte(`{"_type": "https://in-toto.io/Statement/v1", "subject": [{"name": "../../etc/shadow", "digest": {"sha256": "` +
 		strings.Repeat("0", 64) + `"}}], "predicateType": "https://slsa.dev/provenance/v1", "predicate": {}}`)
 	if err := attestation.Write(context.Background(), dir, st, load(t, priv, true)); err != nil {
@@ -222,9 +223,9 @@ func TestVerifyRefusesSubjectOutsideDir(t *testing.T) {
 }
 
 func TestLoadKey(t *testing.T) {
-	edPriv, edPub := keyPair(t, "ed25519")
-	p384, _ := keyPair(t, "p384")
-	rsaKey, _ := keyPair(t, "rsa")
+	edPriv, edPub := attestationtest.KeyFiles(t, "ed25519")
+	p384, _ := attestationtest.KeyFiles(t, "p384")
+	rsaKey, _ := attestationtest.KeyFiles(t, "rsa")
 	pemText, err := os.ReadFile(edPriv)
 	if err != nil {
 		t.Fatal(err)
@@ -257,7 +258,7 @@ func TestLoadKey(t *testing.T) {
 
 // Attest refuses a spec other than the one the manifest records, and outputs changed since.
 func TestAttestRefuses(t *testing.T) {
-	priv, _ := keyPair(t, "ed25519")
+	priv, _ := attestationtest.KeyFiles(t, "ed25519")
 	_, o := outputDir(t)
 	o.Key = load(t, priv, true)
 	o.SpecText = append(o.SpecText, '\n')

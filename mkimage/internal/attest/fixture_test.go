@@ -1,16 +1,8 @@
 package attest_test
 
 import (
-	"crypto"
-	"crypto/ecdsa"
-	"crypto/ed25519"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/rsa"
 	"crypto/sha256"
-	"crypto/x509"
 	"encoding/hex"
-	"encoding/pem"
 	"os"
 	"path/filepath"
 	"sort"
@@ -21,40 +13,6 @@ import (
 	"github.com/allox-os/allox/mkimage/internal/build"
 	"github.com/allox-os/allox/mkimage/internal/spec"
 )
-
-// keyPair writes a private and a public PEM key of kind (ed25519, p256, p384, rsa) and returns
-// their paths.
-func keyPair(t *testing.T, kind string) (priv, pub string) {
-	t.Helper()
-	var k any
-	var err error
-	switch kind {
-	case "ed25519":
-		_, k, err = ed25519.GenerateKey(rand.Reader)
-	case "p256":
-		k, err = ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	case "p384":
-		k, err = ecdsa.GenerateKey(elliptic.P384(), rand.Reader)
-	case "rsa":
-		k, err = rsa.GenerateKey(rand.Reader, 2048)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	der, err := x509.MarshalPKCS8PrivateKey(k)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pubDER, err := x509.MarshalPKIXPublicKey(k.(crypto.Signer).Public())
-	if err != nil {
-		t.Fatal(err)
-	}
-	dir := t.TempDir()
-	priv, pub = filepath.Join(dir, kind+".key"), filepath.Join(dir, kind+".pub")
-	writeFile(t, priv, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: der}))
-	writeFile(t, pub, pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: pubDER}))
-	return priv, pub
-}
 
 func writeFile(t *testing.T, p string, data []byte) {
 	t.Helper()

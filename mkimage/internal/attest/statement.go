@@ -219,11 +219,7 @@ func structOf(v any) (*structpb.Struct, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &structpb.Struct{}
-	if err := protojson.Unmarshal(data, s); err != nil {
-		return nil, err
-	}
-	return s, nil
+	return jsonStruct(data)
 }
 
 // protoStruct converts a message into a Struct (a statement's predicate) through protojson.
@@ -232,6 +228,10 @@ func protoStruct(m proto.Message) (*structpb.Struct, error) {
 	if err != nil {
 		return nil, err
 	}
+	return jsonStruct(data)
+}
+
+func jsonStruct(data []byte) (*structpb.Struct, error) {
 	s := &structpb.Struct{}
 	if err := protojson.Unmarshal(data, s); err != nil {
 		return nil, err

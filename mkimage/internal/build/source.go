@@ -26,7 +26,7 @@ func sourceTree(ctx context.Context, root string) (*Source, error) {
 	if _, err := exec.LookPath("git"); err != nil {
 		return nil, nil
 	}
-	gitIndex, err := git(ctx, root, nil, "rev-parse", "--path-format=absolute", "--git-path", "index")
+	gitIndex, err := Git(ctx, root, nil, "rev-parse", "--path-format=absolute", "--git-path", "index")
 	if err != nil {
 		return nil, nil // not a checkout: a source tarball
 	}
@@ -42,10 +42,10 @@ func sourceTree(ctx context.Context, root string) (*Source, error) {
 		}
 	}
 	env := []string{"GIT_INDEX_FILE=" + index}
-	if _, err := git(ctx, root, env, "add", "-u", "--", "."); err != nil {
+	if _, err := Git(ctx, root, env, "add", "-u", "--", "."); err != nil {
 		return nil, err
 	}
-	tree, err := git(ctx, root, env, "write-tree")
+	tree, err := Git(ctx, root, env, "write-tree")
 	if err != nil {
 		return nil, err
 	}
@@ -55,19 +55,19 @@ func sourceTree(ctx context.Context, root string) (*Source, error) {
 // HeadCommit is the commit checked out at root when its tree is tree (the checkout is clean), so
 // another clone of that commit has the same source; "" otherwise.
 func HeadCommit(ctx context.Context, root, tree string) string {
-	head, err := git(ctx, root, nil, "rev-parse", "--verify", "-q", "HEAD^{tree}")
+	head, err := Git(ctx, root, nil, "rev-parse", "--verify", "-q", "HEAD^{tree}")
 	if err != nil || head != tree {
 		return ""
 	}
-	commit, err := git(ctx, root, nil, "rev-parse", "HEAD^{commit}")
+	commit, err := Git(ctx, root, nil, "rev-parse", "HEAD^{commit}")
 	if err != nil {
 		return ""
 	}
 	return commit
 }
 
-// git runs git in dir and returns its trimmed output.
-func git(ctx context.Context, dir string, env []string, args ...string) (string, error) {
+// Git runs git in dir (with env added) and returns its trimmed output; an error carries git's.
+func Git(ctx context.Context, dir string, env []string, args ...string) (string, error) {
 	var stdout, stderr bytes.Buffer
 	cmd := exec.CommandContext(ctx, "git", args...)
 	cmd.Dir, cmd.Stdout, cmd.Stderr = dir, &stdout, &stderr

@@ -1,37 +1,14 @@
 package cli
 
 import (
-	"crypto/ed25519"
-	"crypto/rand"
-	"crypto/x509"
-	"encoding/pem"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/allox-os/allox/internal/attestation/attestationtest"
 	"github.com/allox-os/allox/internal/testenv"
 )
-
-// edKey writes an ed25519 key pair and returns the private and public PEM files.
-func edKey(t *testing.T) (string, string) {
-	t.Helper()
-	pub, priv, err := ed25519.GenerateKey(rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	privDER, _ := x509.MarshalPKCS8PrivateKey(priv)
-	pubDER, _ := x509.MarshalPKIXPublicKey(pub)
-	dir := t.TempDir()
-	p, q := filepath.Join(dir, "key.pem"), filepath.Join(dir, "pub.pem")
-	if err := os.WriteFile(p, pem.EncodeToMemory(&pem.Block{Type: "PRIVATE KEY", Bytes: privDER}), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(q, pem.EncodeToMemory(&pem.Block{Type: "PUBLIC KEY", Bytes: pubDER}), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	return p, q
-}
 
 // mkimage attest signs a copy of a real build (the key from an environment variable); mkimage
 // verify --key accepts it, and refuses it with another key and once an output changed, each with
@@ -39,7 +16,7 @@ func edKey(t *testing.T) (string, string) {
 func TestAttestVerifyCommands(t *testing.T) {
 	out := testenv.NeedOut(t, "manifest.json", "kata/install.sh", "bzImage")
 	dir := copyOutputs(t, out)
-	priv, pub := edKey(t)
+	priv, pub := attestationtest.KeyFiles(t, "ed25519")
 	pemText, _ := os.ReadFile(priv)
 	t.Setenv("ALLOX_TEST_KEY", string(pemText))
 	if code, stdout, stderr := run(t, "attest", dir, "--key", "env://ALLOX_TEST_KEY"); code != 0 || !strings.Contains(stdout, "signed "+dir) {
@@ -48,7 +25,7 @@ func TestAttestVerifyCommands(t *testing.T) {
 	if code, stdout, stderr := run(t, "verify", dir, "--key", pub); code != 0 || !strings.Contains(stdout, "and the attestation signed by") {
 		t.Fatalf("verify --key: exit %d\n%s%s", code, stdout, stderr)
 	}
-	_, other := edKey(t)
+	_, other := attestationtest.KeyFiles(t, "ed25519")
 	if code, _, stderr := run(t, "verify", dir, "--key", other); code != 1 || !strings.Contains(stderr, "attestation signed by another key") {
 		t.Errorf("verify with another key: exit %d, %s", code, stderr)
 	}
@@ -61,32 +38,11 @@ func TestAttestVerifyCommands(t *testing.T) {
 	}
 }
 
-// copyOutputs copies every output of a build (not the nested builds) into a temporary directory.
+// copyOutputs copies every output of a build (not the nested builds, nor what launchers and
+// mkimage push and attest leave there) into a temporary directory.
 func copyOutputs(t *testing.T, out string) string {
 	t.Helper()
-	dir := t.TempDir()
-	for _, pattern := range []string{"*", "kata/*", "kata/*/*", "kata/*/*/*"} {
-		matches, _ := filepath.Glob(filepath.Join(out, pattern))
-		for _, m := range matches {
-			st, err := os.Stat(m)
-			r, _ := filepath.Rel(out, m)
-			if err != nil || st.IsDir() || r == "workspace.img" || r == "allox-deploy.yaml" || r == "attestation.intoto.jsonl" {
-				continue
-			}
-			data, err := os.ReadFile(m)
-			if err != nil {
-				t.Fatal(err)
-			}
-			p := filepath.Join(dir, r)
-			if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
-				t.Fatal(err)
-			}
-			if err := os.WriteFile(p, data, st.Mode().Perm()); err != nil {
-				t.Fatal(err)
-			}
-		}
-	}
-	return dir
+	return copyFiles(t, out, []string{"*", "kata/*", "kata/*/*", "kata/*/*/*"}, "workspace.img", "allox-deploy.yaml", "attestation.intoto.jsonl")
 }
 
 // mkimage rebuild needs an attestation, and says which is missing.

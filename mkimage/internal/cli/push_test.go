@@ -6,12 +6,14 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
 	"github.com/google/go-containerregistry/pkg/registry"
 
 	"github.com/allox-os/allox/deploy/fleet"
+	"github.com/allox-os/allox/internal/attestation/attestationtest"
 	"github.com/allox-os/allox/internal/testenv"
 )
 
@@ -19,22 +21,29 @@ import (
 // other outputs a node does not need), so the test can write allox-deploy.yaml beside them.
 func copyPayload(t *testing.T, out string) string {
 	t.Helper()
+	return copyFiles(t, out, []string{"manifest.json", "sbom.spdx.json", "bzImage", "rootfs.img", "initramfs.cpio.gz", "kata/*", "kata/*/*", "kata/*/*/*"})
+}
+
+// copyFiles copies the regular files of out matching patterns, but those named in skip, into a
+// temporary directory, keeping their relative paths and modes.
+func copyFiles(t *testing.T, out string, patterns []string, skip ...string) string {
+	t.Helper()
 	dir := t.TempDir()
-	for _, pattern := range []string{"manifest.json", "sbom.spdx.json", "bzImage", "rootfs.img", "initramfs.cpio.gz", "kata/*", "kata/*/*", "kata/*/*/*"} {
+	for _, pattern := range patterns {
 		matches, err := filepath.Glob(filepath.Join(out, pattern))
 		if err != nil {
 			t.Fatal(err)
 		}
 		for _, m := range matches {
 			st, err := os.Stat(m)
-			if err != nil || st.IsDir() {
+			r, _ := filepath.Rel(out, m)
+			if err != nil || st.IsDir() || slices.Contains(skip, r) {
 				continue
 			}
 			data, err := os.ReadFile(m)
 			if err != nil {
 				t.Fatal(err)
 			}
-			r, _ := filepath.Rel(out, m)
 			p := filepath.Join(dir, r)
 			if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
 				t.Fatal(err)
@@ -90,14 +99,14 @@ func TestPushUsage(t *testing.T) {
 // say which key the nodes trust.
 func TestPushSigned(t *testing.T) {
 	dir := copyOutputs(t, testenv.NeedOut(t, "manifest.json", "kata/install.sh", "bzImage"))
-	priv, pub := edKey(t)
+	priv, pub := attestationtest.KeyFiles(t, "ed25519")
 	if code, stdout, stderr := run(t, "attest", dir, "--key", priv); code != 0 {
 		t.Fatalf("attest: exit %d\n%s%s", code, stdout, stderr)
 	}
 	srv := httptest.NewServer(registry.New(registry.Logger(log.New(io.Discard, "", 0))))
 	defer srv.Close()
 	ref := strings.TrimPrefix(srv.URL, "http://") + "/allox/allox:signed"
-	_, other := edKey(t)
+	_, other := attestationtest.KeyFiles(t, "ed25519")
 	if code, stdout, stderr := run(t, "push", "-out", dir, "-insecure", "-verify-key", other, ref); code != 1 ||
 		!strings.Contains(stderr, "attestation signed by another key") || stdout != "" {
 		t.Errorf("push with a key that did not sign: exit %d, %q %q", code, stdout, stderr)

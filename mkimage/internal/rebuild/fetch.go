@@ -7,7 +7,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
 
@@ -32,28 +31,28 @@ func checkoutSource(ctx context.Context, repo, dir string, src dep) error {
 	if tree == "" {
 		return unavailable(src, "the provenance names no gitTree")
 	}
-	common, err := git(ctx, repo, nil, "rev-parse", "--path-format=absolute", "--git-common-dir")
+	common, err := build.Git(ctx, repo, nil, "rev-parse", "--path-format=absolute", "--git-common-dir")
 	if err != nil {
 		return unavailable(src, "%s is no git checkout to find the tree in: %v", repo, err)
 	}
-	if _, err := git(ctx, repo, nil, "cat-file", "-e", tree+"^{tree}"); err != nil {
+	if _, err := build.Git(ctx, repo, nil, "cat-file", "-e", tree+"^{tree}"); err != nil {
 		hint := "it was built from uncommitted changes in another checkout"
 		if c := src.digest["gitCommit"]; c != "" {
 			hint = "fetch commit " + c
 		}
 		return unavailable(src, "git tree %s is not in the repository at %s: %s", tree, repo, hint)
 	}
-	if _, err := git(ctx, "", nil, "init", "-q", dir); err != nil {
+	if _, err := build.Git(ctx, "", nil, "init", "-q", dir); err != nil {
 		return err
 	}
 	alt := filepath.Join(dir, ".git", "objects", "info", "alternates")
 	if err := os.WriteFile(alt, []byte(filepath.Join(common, "objects")+"\n"), 0o644); err != nil {
 		return err
 	}
-	if _, err := git(ctx, dir, nil, "read-tree", tree); err != nil {
+	if _, err := build.Git(ctx, dir, nil, "read-tree", tree); err != nil {
 		return err
 	}
-	_, err = git(ctx, dir, nil, "checkout-index", "-a", "-f")
+	_, err = build.Git(ctx, dir, nil, "checkout-index", "-a", "-f")
 	return err
 }
 
@@ -144,15 +143,4 @@ func checkPackages(r *recorded, p *build.Provenance) error {
 		}
 	}
 	return nil
-}
-
-func git(ctx context.Context, dir string, env []string, args ...string) (string, error) {
-	var stdout, stderr bytes.Buffer
-	cmd := exec.CommandContext(ctx, "git", args...)
-	cmd.Dir, cmd.Stdout, cmd.Stderr = dir, &stdout, &stderr
-	cmd.Env = append(os.Environ(), env...)
-	if err := cmd.Run(); err != nil {
-		return "", fmt.Errorf("git %s: %w: %s", strings.Join(args, " "), err, strings.TrimSpace(stderr.String()))
-	}
-	return strings.TrimSpace(stdout.String()), nil
 }
