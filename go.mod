@@ -16,8 +16,10 @@ require (
 	github.com/google/go-containerregistry v0.22.1
 	github.com/google/nftables v0.3.0
 	github.com/hashicorp/hcl/v2 v2.25.0
+	github.com/in-toto/attestation v1.2.0
 	github.com/klauspost/compress v1.19.2
 	github.com/pkg/sftp v1.13.12
+	github.com/secure-systems-lab/go-securesystemslib v0.11.1
 	github.com/spdx/tools-golang v0.5.7
 	github.com/u-root/u-root v0.16.0
 	github.com/vishvananda/netlink v1.3.1
@@ -26,6 +28,7 @@ require (
 	golang.org/x/crypto v0.56.0
 	golang.org/x/net v0.58.0
 	golang.org/x/sys v0.50.0
+	google.golang.org/protobuf v1.36.11
 	sigs.k8s.io/yaml v1.6.0
 )
 
@@ -58,7 +61,6 @@ require (
 	golang.org/x/sync v0.22.0 // indirect
 	golang.org/x/text v0.41.0 // indirect
 	golang.org/x/tools v0.49.0 // indirect
-	google.golang.org/protobuf v1.35.2 // indirect
 )
 
 tool github.com/cilium/ebpf/cmd/bpf2go

@@ -20,6 +20,8 @@ packages=(
   openssh-client
   # the integration tests' in-sandbox clients (session socket, session network and share streams)
   python3
+  # install.sh checks the signed attestation with openssl (the installer tests run it)
+  openssl
 )
 
 missing=()

@@ -35,7 +35,8 @@ func TestKataInstall(t *testing.T) {
 	}
 	run := func(args ...string) {
 		cmd := exec.Command("sh", append([]string{script}, args...)...)
-		cmd.Env = append(os.Environ(), "DESTDIR="+dest, "KATA_DEFAULTS="+defaults)
+		// make image does not sign the build: its attestation checks are deploy/kata's tests.
+		cmd.Env = append(os.Environ(), "DESTDIR="+dest, "KATA_DEFAULTS="+defaults, "ALLOX_VERIFY_KEY=none")
 		out, err := cmd.CombinedOutput()
 		t.Logf("install.sh %s:\n%s", args, out)
 		if err != nil {

@@ -14,11 +14,14 @@ import (
 	"github.com/allox-os/allox/deploy/fleet/internal/fleettest"
 )
 
+// trustedPEM is a fixed public key, so the golden file does not change.
+const trustedPEM = "-----BEGIN PUBLIC KEY-----\nMCowBQYDK2VwAyEAUvOkv+NFlq13rtm8tw4nXbnZ6DZt1ncO7jm8EYU6mSU=\n-----END PUBLIC KEY-----\n"
+
 const pinnedRef = "registry.example:5000/allox/allox@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef"
 
 // The rendered manifest is the golden file (regenerate: go test ./deploy/fleet -run DaemonSet -update).
 func TestDaemonSetGolden(t *testing.T) {
-	got, err := fleet.DaemonSet(fleettest.Out(t, "allox"), "allox", pinnedRef)
+	got, err := fleet.DaemonSet(fleettest.Out(t, "allox"), "allox", pinnedRef, []byte(trustedPEM))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -41,7 +44,7 @@ func TestDaemonSetGolden(t *testing.T) {
 // the host root at /host, the pinned image, cleanup in preStop, NODE_NAME for the label, the RBAC
 // to patch nodes, and RuntimeClasses that only schedule onto labelled nodes.
 func TestDaemonSetStructure(t *testing.T) {
-	data, err := fleet.DaemonSet(fleettest.Out(t, "allox"), "allox", pinnedRef)
+	data, err := fleet.DaemonSet(fleettest.Out(t, "allox"), "allox", pinnedRef, []byte(trustedPEM))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -54,7 +57,7 @@ func TestDaemonSetStructure(t *testing.T) {
 		kind, _ := o["kind"].(string)
 		objs[kind] = append(objs[kind], o)
 	}
-	for kind, n := range map[string]int{"Namespace": 1, "ServiceAccount": 1, "ClusterRole": 1, "ClusterRoleBinding": 1, "DaemonSet": 1, "RuntimeClass": 2} {
+	for kind, n := range map[string]int{"Namespace": 1, "ServiceAccount": 1, "ClusterRole": 1, "ClusterRoleBinding": 1, "DaemonSet": 1, "RuntimeClass": 2, "ConfigMap": 1} {
 		if len(objs[kind]) != n {
 			t.Errorf("%d %s object(s), want %d", len(objs[kind]), kind, n)
 		}
@@ -72,7 +75,10 @@ func TestDaemonSetStructure(t *testing.T) {
 		{"namespace", get(t, ds, "metadata", "namespace"), fleet.Namespace},
 		{"image", c["image"], pinnedRef},
 		{"privileged", get(t, c, "securityContext", "privileged"), true},
-		{"command", strings.Join(strs(c["command"]), " "), "/allox-deploy install -root=/host -payload=/payload"},
+		{"command", strings.Join(strs(c["command"]), " "), "/allox-deploy install -root=/host -payload=/payload -verify-key=/etc/allox-deploy/trusted.pub"},
+		{"trusted key", strings.TrimSpace(get(t, objs["ConfigMap"][0], "data", "trusted.pub").(string)), strings.TrimSpace(trustedPEM)},
+		{"trusted key volume", get(t, pod, "volumes").([]any)[1].(map[string]any)["configMap"].(map[string]any)["name"], get(t, objs["ConfigMap"][0], "metadata", "name")},
+		{"trusted key mount", get(t, c, "volumeMounts").([]any)[1].(map[string]any)["mountPath"], "/etc/allox-deploy"},
 		{"preStop", strings.Join(strs(get(t, c, "lifecycle", "preStop", "exec", "command")), " "), "/allox-deploy cleanup -root=/host -payload=/payload"},
 		{"readiness", strings.Join(strs(get(t, c, "readinessProbe", "exec", "command")), " "), "/allox-deploy status -root=/host -payload=/payload"},
 		{"mountPath", get(t, c, "volumeMounts").([]any)[0].(map[string]any)["mountPath"], "/host"},
@@ -94,9 +100,20 @@ func TestDaemonSetStructure(t *testing.T) {
 	}
 }
 
+// Without a trusted key the manifest says so: the nodes install with -verify-key=none.
+func TestDaemonSetWithoutKey(t *testing.T) {
+	data, err := fleet.DaemonSet(fleettest.Out(t, "allox"), "allox", pinnedRef, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Contains(data, []byte(`"-payload=/payload", "-verify-key=none"]`)) || bytes.Contains(data, []byte("ConfigMap")) {
+		t.Errorf("DaemonSet without a key does not install with -verify-key=none:\n%s", data)
+	}
+}
+
 // A tag instead of a digest is refused: nodes pulling a moving tag could run different bytes.
 func TestDaemonSetNeedsDigest(t *testing.T) {
-	if _, err := fleet.DaemonSet(fleettest.Out(t, "allox"), "allox", "registry.example:5000/allox/allox:latest"); err == nil || !strings.Contains(err.Error(), "digest-pinned") {
+	if _, err := fleet.DaemonSet(fleettest.Out(t, "allox"), "allox", "registry.example:5000/allox/allox:latest", nil); err == nil || !strings.Contains(err.Error(), "digest-pinned") {
 		t.Fatalf("DaemonSet with a tag: %v; want a refusal", err)
 	}
 }

@@ -19,13 +19,16 @@ import (
 // DaemonSet pod would, then its preStop cleanup; the node ends as it began.
 // It runs on a small output directory and on the real build (out/, as make image leaves it).
 func TestPulledImageInstallsOnScratchRoot(t *testing.T) {
-	t.Run("small", func(t *testing.T) { pulledImageInstalls(t, fleettest.Out(t, "allox")) })
-	t.Run("real build", func(t *testing.T) {
-		pulledImageInstalls(t, testenv.NeedOut(t, "manifest.json", "kata/install.sh", "bzImage"))
+	t.Run("small", func(t *testing.T) {
+		out := fleettest.Out(t, "allox")
+		pulledImageInstalls(t, out, fleettest.TrustedKey(t, out))
+	})
+	t.Run("real build", func(t *testing.T) { // as make image leaves it: not signed
+		pulledImageInstalls(t, testenv.NeedOut(t, "manifest.json", "kata/install.sh", "bzImage"), "none")
 	})
 }
 
-func pulledImageInstalls(t *testing.T, out string) {
+func pulledImageInstalls(t *testing.T, out, trusted string) {
 	root := fleettest.ScratchRoot(t, "version = 3\n")
 	host := newRegistry(t, nil)
 	a, pinned := push(t, out, host+"/allox/"+"img:e2e")
@@ -36,7 +39,7 @@ func pulledImageInstalls(t *testing.T, out string) {
 	before := fleettest.Listing(t, root)
 	deploy := func(args ...string) {
 		cmd := exec.CommandContext(context.Background(), filepath.Join(image, "allox-deploy"), append(args,
-			"-root="+root, "-payload="+filepath.Join(image, "payload"), "-restart-containerd=false", "-label-node=false")...)
+			"-root="+root, "-payload="+filepath.Join(image, "payload"), "-restart-containerd=false", "-label-node=false", "-verify-key="+trusted)...)
 		cmd.Env = []string{"PATH=/nonexistent"} // the pod image has no shell or tools of its own
 		out, err := cmd.CombinedOutput()
 		t.Logf("allox-deploy %s:\n%s", strings.Join(args, " "), out)
@@ -58,7 +61,7 @@ func TestInstallerCleansUpOnSIGTERM(t *testing.T) {
 	root := fleettest.ScratchRoot(t, "version = 3\n")
 	pl := fleettest.Out(t, "allox")
 	before := fleettest.Listing(t, root)
-	args := []string{"-root=" + root, "-payload=" + pl, "-restart-containerd=false", "-label-node=false"}
+	args := []string{"-root=" + root, "-payload=" + pl, "-restart-containerd=false", "-label-node=false", "-verify-key=" + fleettest.TrustedKey(t, pl)}
 	var log bytes.Buffer
 	pod := exec.Command(installer(t), append([]string{"install"}, args...)...)
 	pod.Stdout, pod.Stderr = &log, &log

@@ -23,6 +23,7 @@ import (
 	"github.com/allox-os/allox/deploy/fleet"
 	"github.com/allox-os/allox/deploy/fleet/internal/fleettest"
 	"github.com/allox-os/allox/deploy/fleet/internal/payload"
+	"github.com/allox-os/allox/internal/attestation"
 	"github.com/allox-os/allox/internal/testenv"
 )
 
@@ -288,6 +289,40 @@ func TestPushRefusesChangedOutput(t *testing.T) {
 	}
 }
 
+// The attestation and the SBOM travel in the image beside the payload; what a node pulls verifies
+// with the trusted key. Trust refuses, before anything is pushed, a payload the key did not sign.
+func TestImageCarriesAttestation(t *testing.T) {
+	out := fleettest.Out(t, "allox")
+	a, pinned := push(t, out, newRegistry(t, nil)+"/allox/allox:signed")
+	for _, f := range []string{"attestation.intoto.jsonl", "sbom.spdx.json"} {
+		if !slices.Contains(a.Files, f) {
+			t.Errorf("the payload lacks %s: %q", f, a.Files)
+		}
+	}
+	dir, err := pull(t, pinned)
+	if err != nil {
+		t.Fatal(err)
+	}
+	key, err := attestation.LoadKey(fleettest.TrustedKey(t, out), false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := payload.CheckAttestation(context.Background(), filepath.Join(dir, "payload"), nil, key); err != nil {
+		t.Errorf("the pulled payload: %v", err)
+	}
+	if pem, err := fleet.Trust(context.Background(), a.Payload, fleettest.TrustedKey(t, out)); err != nil || len(pem) == 0 {
+		t.Errorf("Trust with the signing key: %v", err)
+	}
+	trusted := fleettest.TrustedKey(t, out)
+	fleettest.Resign(t, out)
+	if _, err := fleet.Trust(context.Background(), a.Payload, trusted); !errors.Is(err, attestation.ErrOtherKey) {
+		t.Errorf("Trust of a payload signed by another key: %v", err)
+	}
+	if _, err := fleet.Trust(context.Background(), a.Payload, ""); err == nil || !strings.Contains(err.Error(), "no trusted key: pass -verify-key") {
+		t.Errorf("Trust without a key: %v", err)
+	}
+}
+
 // A new build that changes only the image shares every other layer with the old one, so nodes and
 // registries fetch and store only the image and manifest.json again.
 func TestUnchangedFilesShareLayers(t *testing.T) {
@@ -297,6 +332,7 @@ func TestUnchangedFilesShareLayers(t *testing.T) {
 		t.Fatal(err)
 	}
 	fleettest.WriteManifest(t, out, "allox")
+	fleettest.Resign(t, out)
 	var changed []string
 	for name, d := range layerDigests(t, out) {
 		if old[name] != d {
@@ -304,7 +340,7 @@ func TestUnchangedFilesShareLayers(t *testing.T) {
 		}
 	}
 	slices.Sort(changed)
-	if want := []string{"/payload/manifest.json", "/payload/rootfs.img"}; !slices.Equal(changed, want) {
+	if want := []string{"/payload/attestation.intoto.jsonl", "/payload/manifest.json", "/payload/rootfs.img"}; !slices.Equal(changed, want) {
 		t.Errorf("layers that changed: %q, want %q", changed, want)
 	}
 }

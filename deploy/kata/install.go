@@ -4,6 +4,8 @@ import (
 	_ "embed"
 	"path"
 	"strings"
+
+	"github.com/allox-os/allox/internal/artifact"
 )
 
 // Files install.sh keeps in CONFIG_DIR beside the configurations (never in config.d/, which both
@@ -44,6 +46,8 @@ func (d Deployment) installScript(dropIns []File) []byte {
 		"@ARTIFACTS@", strings.Join(artifacts, " "),
 		"@DROPINS@", strings.Join(dropins, " "),
 		"@CONFIGS@", GoConfigFile+" "+RuntimeRsConfig,
+		"@ATTESTATION@", artifact.Attestation,
+		"@INSTALL_SH@", InstallSh,
 	)
 	return []byte(r.Replace(installTemplate))
 }

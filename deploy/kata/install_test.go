@@ -3,6 +3,7 @@ package kata
 import (
 	"bytes"
 	"crypto/sha256"
+	"encoding/base64"
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
@@ -17,6 +18,9 @@ import (
 
 	"github.com/BurntSushi/toml"
 	"github.com/google/go-cmp/cmp"
+
+	"github.com/allox-os/allox/internal/attestation"
+	"github.com/allox-os/allox/internal/attestation/attestationtest"
 )
 
 // These tests run the real install.sh with sh on real files: a build output directory written the
@@ -29,6 +33,7 @@ const confDir = "/etc/kata-containers/allox"
 type buildOutput struct {
 	dir, release string
 	files        []File // RenderDeployment's, relative to kata/
+	pub          string // the public key the attestation verifies with
 }
 
 // newBuildOutput writes a build output into dir whose kernel is kernel.
@@ -77,7 +82,9 @@ func newBuildOutput(t *testing.T, dir string, kernel []byte) buildOutput {
 		t.Fatal(err)
 	}
 	writeFile(t, filepath.Join(dir, "manifest.json"), data, 0o644)
-	return buildOutput{dir: dir, release: release, files: files}
+	key, pub := attestationtest.KeyPair(t, "ed25519")
+	attestationtest.SignDir(t, dir, key)
+	return buildOutput{dir: dir, release: release, files: files, pub: pub}
 }
 
 // kataConfig stands in for Kata's shipped configuration: valid TOML with the keys the drop-in
@@ -169,6 +176,7 @@ type runOpts struct {
 	shim   *shim
 	killAt int
 	umask  string
+	verify string // ALLOX_VERIFY_KEY; "" is the build's own public key
 }
 
 // install runs sh out/kata/install.sh ARGS with DESTDIR=dest and the default KATA_DEFAULTS.
@@ -180,7 +188,14 @@ func install(t *testing.T, out buildOutput, dest string, o runOpts, args ...stri
 		umask = "022"
 	}
 	cmd := exec.Command("sh", append([]string{"-c", `umask "$0"; exec sh "$@"`, umask, script}, args...)...)
+	verify := o.verify
+	if verify == "" {
+		verify = out.pub
+	}
 	cmd.Env = append(os.Environ(), "DESTDIR="+dest)
+	if verify != "unset" {
+		cmd.Env = append(cmd.Env, "ALLOX_VERIFY_KEY="+verify)
+	}
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if s := o.shim; s != nil {
 		writeFile(t, s.count, []byte("0\n"), 0o644)
@@ -506,12 +521,13 @@ func TestUninstall(t *testing.T) {
 
 func TestInstallScriptRefuses(t *testing.T) {
 	for _, tt := range []struct {
-		name  string
-		spoil func(t *testing.T, out buildOutput, dest string)
-		args  []string
-		want  []string
+		name   string
+		spoil  func(t *testing.T, out buildOutput, dest string)
+		args   []string
+		verify string // ALLOX_VERIFY_KEY: "" the build's key, "none" for the manifest's own checks
+		want   []string
 	}{{
-		name: "flipped byte",
+		name: "flipped byte", verify: "none",
 		spoil: func(t *testing.T, out buildOutput, _ string) {
 			p := filepath.Join(out.dir, "rootfs.img")
 			data, err := os.ReadFile(p)
@@ -523,7 +539,7 @@ func TestInstallScriptRefuses(t *testing.T) {
 		},
 		want: []string{"rootfs.img: sha256", "does not match manifest.json's"},
 	}, {
-		name: "changed drop-in",
+		name: "changed drop-in", verify: "none",
 		spoil: func(t *testing.T, out buildOutput, _ string) {
 			appendTo(t, filepath.Join(out.dir, "kata/runtime-rs/config.d/50-allox.toml"), "x = 1\n")
 		},
@@ -536,6 +552,69 @@ func TestInstallScriptRefuses(t *testing.T) {
 		name:  "missing manifest",
 		spoil: func(t *testing.T, out buildOutput, _ string) { remove(t, filepath.Join(out.dir, "manifest.json")) },
 		want:  []string{"manifest.json is missing"},
+	}, {
+		name: "attestation missing",
+		spoil: func(t *testing.T, out buildOutput, _ string) {
+			remove(t, filepath.Join(out.dir, "attestation.intoto.jsonl"))
+		},
+		want: []string{"attestation missing: ", "attestation.intoto.jsonl does not exist"},
+	}, {
+		name: "attestation unsigned",
+		spoil: func(t *testing.T, out buildOutput, _ string) {
+			editEnvelope(t, out, func(e map[string]any) { e["signatures"] = []any{} })
+		},
+		want: []string{"attestation unsigned: ", "has no signature"},
+	}, {
+		name:   "attestation signed by another key",
+		verify: "other",
+		want:   []string{"attestation signed by another key: ", "is signed by keyid sha256:", "but the trusted key"},
+	}, {
+		name: "signature of another key under the trusted key's id",
+		spoil: func(t *testing.T, out buildOutput, _ string) {
+			key, _ := attestationtest.KeyPair(t, "ed25519")
+			attestationtest.SignDir(t, out.dir, key) // the same statement, signed by another key
+			editEnvelope(t, out, func(e map[string]any) {
+				e["signatures"].([]any)[0].(map[string]any)["keyid"] = keyID(t, out.pub)
+			})
+		},
+		want: []string{"attestation signature does not verify with the trusted key", "changed after signing"},
+	}, {
+		name: "tampered statement",
+		spoil: func(t *testing.T, out buildOutput, _ string) {
+			editEnvelope(t, out, func(e map[string]any) {
+				st, err := base64.StdEncoding.DecodeString(e["payload"].(string))
+				if err != nil {
+					t.Fatal(err)
+				}
+				st = bytes.Replace(st, []byte(`"name": "rootfs.img"`), []byte(`"name": "rootfs.iso"`), 1)
+				e["payload"] = base64.StdEncoding.EncodeToString(st)
+			})
+		},
+		want: []string{"attestation signature does not verify with the trusted key"},
+	}, {
+		name: "output and manifest changed together",
+		spoil: func(t *testing.T, out buildOutput, _ string) {
+			// The manifest's checks alone would pass: the attack is caught by the signed subjects.
+			p := filepath.Join(out.dir, "rootfs.img")
+			writeFile(t, p, []byte("a backdoored image"), 0o644)
+			m := readFile(t, filepath.Join(out.dir, "manifest.json"))
+			var man map[string]any
+			if err := json.Unmarshal(m, &man); err != nil {
+				t.Fatal(err)
+			}
+			for _, o := range man["outputs"].([]any) {
+				if o := o.(map[string]any); o["path"] == "rootfs.img" {
+					o["sha256"] = fmt.Sprintf("%x", sha256.Sum256([]byte("a backdoored image")))
+				}
+			}
+			data, _ := json.MarshalIndent(man, "", "  ")
+			writeFile(t, filepath.Join(out.dir, "manifest.json"), data, 0o644)
+		},
+		want: []string{"attestation subject mismatch: manifest.json: sha256 ", "the file changed after signing"},
+	}, {
+		name:   "no trusted key",
+		verify: "unset",
+		want:   []string{"ALLOX_VERIFY_KEY is not set: set it to the PEM public key whose signature you trust"},
 	}, {
 		name: "no Kata configuration",
 		spoil: func(t *testing.T, _ buildOutput, dest string) {
@@ -570,7 +649,12 @@ func TestInstallScriptRefuses(t *testing.T) {
 			if args == nil {
 				args = []string{confDir}
 			}
-			msg, err := install(t, out, dest, runOpts{}, args...)
+			verify := tt.verify
+			switch verify {
+			case "other":
+				_, verify = attestationtest.KeyPair(t, "ed25519")
+			}
+			msg, err := install(t, out, dest, runOpts{verify: verify}, args...)
 			if err == nil {
 				t.Fatalf("install.sh succeeded:\n%s", msg)
 			}
@@ -584,6 +668,42 @@ func TestInstallScriptRefuses(t *testing.T) {
 			}
 		})
 	}
+}
+
+// editEnvelope rewrites the attestation of out.
+func editEnvelope(t *testing.T, out buildOutput, edit func(e map[string]any)) {
+	t.Helper()
+	p := filepath.Join(out.dir, "attestation.intoto.jsonl")
+	var e map[string]any
+	if err := json.Unmarshal(readFile(t, p), &e); err != nil {
+		t.Fatal(err)
+	}
+	edit(e)
+	data, err := json.Marshal(e)
+	if err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, p, append(data, '\n'), 0o644)
+}
+
+// keyID is the key id install.sh computes for the PEM public key in pub.
+func keyID(t *testing.T, pub string) string {
+	t.Helper()
+	k, err := attestation.LoadKey(pub, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id, _ := k.KeyID()
+	return id
+}
+
+func readFile(t *testing.T, p string) []byte {
+	t.Helper()
+	data, err := os.ReadFile(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return data
 }
 
 func appendTo(t *testing.T, p, s string) {
@@ -602,5 +722,26 @@ func remove(t *testing.T, p string) {
 	t.Helper()
 	if err := os.Remove(p); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// An attestation signed with an ECDSA P-256 key verifies as well (openssl dgst), and one whose
+// statement changed does not; ALLOX_VERIFY_KEY=none installs without the check, and says so.
+func TestInstallScriptAttestationKeys(t *testing.T) {
+	out := newBuildOutput(t, filepath.Join(t.TempDir(), "out"), []byte("kernel A"))
+	key, pub := attestationtest.KeyPair(t, "p256")
+	attestationtest.SignDir(t, out.dir, key)
+	out.pub = pub
+	mustInstall(t, out, newHost(t), confDir)
+	editEnvelope(t, out, func(e map[string]any) {
+		st, _ := base64.StdEncoding.DecodeString(e["payload"].(string))
+		e["payload"] = base64.StdEncoding.EncodeToString(bytes.Replace(st, []byte(`"kata/install.sh"`), []byte(`"kata/install.s"`), 1))
+	})
+	if msg, err := install(t, out, newHost(t), runOpts{}, confDir); err == nil || !strings.Contains(msg, "attestation signature does not verify") {
+		t.Errorf("tampered ECDSA-signed statement: %v\n%s", err, msg)
+	}
+	msg, err := install(t, out, newHost(t), runOpts{verify: "none"}, confDir)
+	if err != nil || !strings.Contains(msg, "ALLOX_VERIFY_KEY=none: the attestation is not checked") {
+		t.Errorf("ALLOX_VERIFY_KEY=none: %v\n%s", err, msg)
 	}
 }

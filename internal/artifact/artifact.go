@@ -23,6 +23,9 @@ const (
 	Boot         = "boot.json"            // BootInfo
 	VerityParams = "kernel_verity_params" // dm-verity images: Kata's kernel_verity_params, one line
 	KataDir      = "kata"                 // Kata config.d drop-ins
+	// Attestation is the signed in-toto statement (SLSA provenance) of the outputs, a DSSE envelope
+	// on one line; written when the build is signed (mkimage attest), not listed in the manifest.
+	Attestation = "attestation.intoto.jsonl"
 )
 
 // BootInfo tells a VM launcher how to boot the artifacts.

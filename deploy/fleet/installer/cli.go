@@ -29,6 +29,7 @@ func Run(ctx context.Context, args []string, stdout io.Writer) error {
 	fs.StringVar(&o.Payload, "payload", "/payload", "the build output to install")
 	fs.StringVar(&o.ConfigDir, "config-dir", "", "the host's Kata configuration directory (default /etc/kata-containers/NAME)")
 	fs.StringVar(&o.KataDefaults, "kata-defaults", "", "where the host has Kata's shipped configurations (install.sh's KATA_DEFAULTS)")
+	fs.StringVar(&o.VerifyKey, "verify-key", "", "install: the PEM public key whose signed attestation the payload must carry, or none")
 	fs.BoolVar(&o.RestartContainerd, "restart-containerd", true, "restart the host's containerd after changing its configuration")
 	label := fs.Bool("label-node", true, "label this node (NODE_NAME) through the Kubernetes API when in a cluster")
 	once := fs.Bool("once", false, "install: return once installed instead of waiting to be stopped")

@@ -18,6 +18,7 @@ import (
 
 	"github.com/allox-os/allox/deploy/fleet/internal/payload"
 	"github.com/allox-os/allox/deploy/kata"
+	"github.com/allox-os/allox/internal/attestation"
 )
 
 // StateRoot is the host directory below which the installer keeps, per image name, the staged
@@ -35,6 +36,9 @@ type Options struct {
 	ConfigDir string
 	// KataDefaults, when set, is passed to install.sh as KATA_DEFAULTS (a host path).
 	KataDefaults string
+	// VerifyKey is the PEM public key (a path in the pod) whose signed attestation the payload must
+	// carry; payload.NoVerify installs without checking who built it. install.sh checks it too.
+	VerifyKey string
 	// RestartContainerd restarts the host's containerd (systemctl, in Root) after its configuration
 	// changed, as kata-deploy does.
 	RestartContainerd bool
@@ -103,7 +107,45 @@ func (o Options) verify() (*payload.Manifest, error) {
 	if err != nil {
 		return nil, fmt.Errorf("payload %s: %w; nothing was installed", o.Payload, err)
 	}
+	if err := o.checkAttestation(context.Background()); err != nil {
+		return nil, fmt.Errorf("payload %s: %w; nothing was installed", o.Payload, err)
+	}
 	return m, nil
+}
+
+// checkAttestation checks the payload's signed attestation with VerifyKey.
+func (o Options) checkAttestation(ctx context.Context) error {
+	switch o.VerifyKey {
+	case "":
+		return errors.New("no trusted key: pass -verify-key FILE (the PEM public key whose signature you trust), or -verify-key none to install without checking who built it")
+	case payload.NoVerify:
+		o.logf("-verify-key none: the attestation is not checked")
+		return nil
+	}
+	key, err := attestation.LoadKey(o.VerifyKey, false)
+	if err != nil {
+		return fmt.Errorf("-verify-key: %w", err)
+	}
+	if err := payload.CheckAttestation(ctx, o.Payload, nil, key); err != nil {
+		return err
+	}
+	id, _ := key.KeyID()
+	o.logf("the attestation is signed by %s and names every payload file", id)
+	return nil
+}
+
+// stageKey copies the trusted key beside the staged payload, for install.sh's own check, and
+// returns install.sh's ALLOX_VERIFY_KEY (a host path, or none).
+func (o Options) stageKey(name string) (string, error) {
+	if o.VerifyKey == payload.NoVerify {
+		return payload.NoVerify, nil
+	}
+	data, err := os.ReadFile(o.VerifyKey)
+	if err != nil {
+		return "", err
+	}
+	p := path.Join(stateDir(name), "trusted.pub")
+	return p, o.writeHost(p, data, 0o644)
 }
 
 func (o Options) configDir(name string) string {
@@ -154,7 +196,11 @@ func (o Options) install(ctx context.Context, s *state) error {
 	if err := o.writeState(s); err != nil {
 		return err
 	}
-	env := []string{}
+	key, err := o.stageKey(s.Name)
+	if err != nil {
+		return err
+	}
+	env := []string{"ALLOX_VERIFY_KEY=" + key, "TMPDIR=" + stateDir(s.Name)} // the host may have no /tmp
 	if o.KataDefaults != "" {
 		env = append(env, "KATA_DEFAULTS="+o.KataDefaults)
 	}

@@ -3,6 +3,8 @@ package installer_test
 import (
 	"bytes"
 	"context"
+	"encoding/base64"
+	"encoding/json"
 	"errors"
 	"os"
 	"path/filepath"
@@ -14,6 +16,7 @@ import (
 	"github.com/allox-os/allox/deploy/fleet/installer"
 	"github.com/allox-os/allox/deploy/fleet/internal/fleettest"
 	"github.com/allox-os/allox/deploy/fleet/internal/payload"
+	"github.com/allox-os/allox/internal/attestation"
 )
 
 const mainConfigV3 = `version = 3
@@ -41,8 +44,8 @@ func run(t *testing.T, args ...string) (string, error) {
 	return log.String(), err
 }
 
-func flags(root, pl string) []string {
-	return []string{"-root", root, "-payload", pl, "-restart-containerd=false", "-label-node=false"}
+func flags(t *testing.T, root, pl string) []string {
+	return []string{"-root", root, "-payload", pl, "-restart-containerd=false", "-label-node=false", "-verify-key", fleettest.TrustedKey(t, pl)}
 }
 
 // Install then cleanup on a scratch host root, with the real install.sh run by the real shell
@@ -63,12 +66,12 @@ func TestInstallCleanupScratchRoot(t *testing.T) {
 			before := fleettest.Listing(t, root)
 			// Twice, as a restarted pod does: the second install first cleans up the first.
 			for range 2 {
-				if _, err := run(t, append([]string{"install", "-once"}, flags(root, pl)...)...); err != nil {
+				if _, err := run(t, append([]string{"install", "-once"}, flags(t, root, pl)...)...); err != nil {
 					t.Fatal(err)
 				}
 			}
 			fleettest.CheckInstalled(t, root, "/etc/kata-containers/allox", pl)
-			if _, err := run(t, append([]string{"status"}, flags(root, pl)...)...); err != nil {
+			if _, err := run(t, append([]string{"status"}, flags(t, root, pl)...)...); err != nil {
 				t.Errorf("status after install: %v", err)
 			}
 			// containerd's handler names a Kata configuration that exists, beside the drop-in.
@@ -89,13 +92,13 @@ func TestInstallCleanupScratchRoot(t *testing.T) {
 			if tc.handlersIn != "etc/containerd/config.toml" && fleettest.ReadFile(t, filepath.Join(root, "etc/containerd/config.toml")) != tc.config {
 				t.Errorf("config.toml changed although it imports conf.d")
 			}
-			if _, err := run(t, append([]string{"cleanup"}, flags(root, pl)...)...); err != nil {
+			if _, err := run(t, append([]string{"cleanup"}, flags(t, root, pl)...)...); err != nil {
 				t.Fatal(err)
 			}
 			if d := fleettest.DiffListing(before, fleettest.Listing(t, root)); d != "" {
 				t.Errorf("after cleanup the scratch root is not as before:\n%s", d)
 			}
-			if _, err := run(t, append([]string{"status"}, flags(root, pl)...)...); !errors.Is(err, installer.ErrNotInstalled) {
+			if _, err := run(t, append([]string{"status"}, flags(t, root, pl)...)...); !errors.Is(err, installer.ErrNotInstalled) {
 				t.Errorf("status after cleanup: %v, want %v", err, installer.ErrNotInstalled)
 			}
 		})
@@ -118,7 +121,7 @@ func TestInstallRefusesTamperedPayload(t *testing.T) {
 		t.Fatal(err)
 	}
 	before := fleettest.Listing(t, root)
-	_, err := run(t, append([]string{"install", "-once"}, flags(root, pl)...)...)
+	_, err := run(t, append([]string{"install", "-once"}, flags(t, root, pl)...)...)
 	if !errors.Is(err, payload.ErrMismatch) || !strings.Contains(err.Error(), "kata/install.sh: sha256") {
 		t.Fatalf("install of a changed install.sh: %v; want a refusal naming kata/install.sh", err)
 	}
@@ -136,7 +139,7 @@ func TestInstallFailureRolledBack(t *testing.T) {
 	}
 	pl := fleettest.Out(t, "allox")
 	before := fleettest.Listing(t, root)
-	log, err := run(t, append([]string{"install", "-once"}, flags(root, pl)...)...)
+	log, err := run(t, append([]string{"install", "-once"}, flags(t, root, pl)...)...)
 	if err == nil || !strings.Contains(err.Error(), "rolled back") || !strings.Contains(log, "install Kata first") {
 		t.Fatalf("install without Kata: %v; want install.sh's refusal, rolled back", err)
 	}
@@ -173,7 +176,7 @@ func TestInstallFollowsHostSymlinksInsideRoot(t *testing.T) {
 	}
 	pl := fleettest.Out(t, "allox")
 	before := fleettest.Listing(t, root)
-	if _, err := run(t, append([]string{"install", "-once"}, flags(root, pl)...)...); err != nil {
+	if _, err := run(t, append([]string{"install", "-once"}, flags(t, root, pl)...)...); err != nil {
 		t.Fatal(err)
 	}
 	fleettest.CheckInstalled(t, root, "/etc/kata-containers/allox", pl)
@@ -185,7 +188,7 @@ func TestInstallFollowsHostSymlinksInsideRoot(t *testing.T) {
 			t.Errorf("%s was written on the machine running the installer, outside the host root", p)
 		}
 	}
-	if _, err := run(t, append([]string{"cleanup"}, flags(root, pl)...)...); err != nil {
+	if _, err := run(t, append([]string{"cleanup"}, flags(t, root, pl)...)...); err != nil {
 		t.Fatal(err)
 	}
 	if d := fleettest.DiffListing(before, fleettest.Listing(t, root)); d != "" {
@@ -199,7 +202,7 @@ func TestCleanupCanBeRetried(t *testing.T) {
 	root := fleettest.ScratchRoot(t, mainConfigV3)
 	pl := fleettest.Out(t, "allox")
 	before := fleettest.Listing(t, root)
-	if _, err := run(t, append([]string{"install", "-once"}, flags(root, pl)...)...); err != nil {
+	if _, err := run(t, append([]string{"install", "-once"}, flags(t, root, pl)...)...); err != nil {
 		t.Fatal(err)
 	}
 	staged := filepath.Join(root, installer.StateRoot, "allox/out/kata/install.sh")
@@ -207,7 +210,7 @@ func TestCleanupCanBeRetried(t *testing.T) {
 	if err := os.WriteFile(staged, []byte("#!/bin/sh\n# --uninstall, interrupted\nexit 1\n"), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := run(t, append([]string{"cleanup"}, flags(root, pl)...)...); err == nil {
+	if _, err := run(t, append([]string{"cleanup"}, flags(t, root, pl)...)...); err == nil {
 		t.Fatal("cleanup succeeded although install.sh --uninstall failed")
 	}
 	if strings.Contains(fleettest.ReadFile(t, filepath.Join(root, "etc/containerd/config.toml")), "allox-deploy") {
@@ -216,10 +219,114 @@ func TestCleanupCanBeRetried(t *testing.T) {
 	if err := os.WriteFile(staged, []byte(good), 0o755); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := run(t, append([]string{"cleanup"}, flags(root, pl)...)...); err != nil {
+	if _, err := run(t, append([]string{"cleanup"}, flags(t, root, pl)...)...); err != nil {
 		t.Fatal(err)
 	}
 	if d := fleettest.DiffListing(before, fleettest.Listing(t, root)); d != "" {
 		t.Errorf("after the retried cleanup the scratch root is not as before:\n%s", d)
+	}
+}
+
+// Each way the payload's attestation can fail is refused before anything is written on the host,
+// with its own message: the Go check of allox-deploy, before install.sh (which checks again).
+func TestInstallRefusesAttestation(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		attack func(t *testing.T, pl string) (trusted string)
+		want   error
+		msg    string
+	}{{
+		name: "attestation missing",
+		attack: func(t *testing.T, pl string) string {
+			os.Remove(filepath.Join(pl, "attestation.intoto.jsonl"))
+			return fleettest.TrustedKey(t, pl)
+		},
+		want: attestation.ErrMissing, msg: "attestation missing: ",
+	}, {
+		name: "missing signature",
+		attack: func(t *testing.T, pl string) string {
+			editEnvelope(t, pl, func(e map[string]any) { e["signatures"] = nil })
+			return fleettest.TrustedKey(t, pl)
+		},
+		want: attestation.ErrUnsigned, msg: "the envelope has no signature",
+	}, {
+		name: "wrong key",
+		attack: func(t *testing.T, pl string) string {
+			trusted := fleettest.TrustedKey(t, pl)
+			fleettest.Resign(t, pl)
+			return trusted
+		},
+		want: attestation.ErrOtherKey, msg: "attestation signed by another key",
+	}, {
+		name: "tampered statement",
+		attack: func(t *testing.T, pl string) string {
+			editEnvelope(t, pl, func(e map[string]any) {
+				st, _ := base64.StdEncoding.DecodeString(e["payload"].(string))
+				e["payload"] = base64.StdEncoding.EncodeToString(bytes.Replace(st, []byte(`"bzImage"`), []byte(`"bzImagf"`), 1))
+			})
+			return fleettest.TrustedKey(t, pl)
+		},
+		want: attestation.ErrSignature, msg: "the statement or its signature changed after signing",
+	}, {
+		name: "tampered output with its manifest",
+		attack: func(t *testing.T, pl string) string {
+			if err := os.WriteFile(filepath.Join(pl, "rootfs.img"), []byte("a backdoored image\n"), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			fleettest.WriteManifest(t, pl, "allox") // manifest.json agrees: only the signed subjects catch it
+			return fleettest.TrustedKey(t, pl)
+		},
+		want: attestation.ErrSubject, msg: "rootfs.img: sha256 ",
+	}} {
+		t.Run(tc.name, func(t *testing.T) {
+			root := fleettest.ScratchRoot(t, mainConfigV3)
+			pl := fleettest.Out(t, "allox")
+			trusted := tc.attack(t, pl)
+			before := fleettest.Listing(t, root)
+			args := append([]string{"install", "-once"}, flags(t, root, pl)...)
+			args[len(args)-1] = trusted
+			_, err := run(t, args...)
+			if !errors.Is(err, tc.want) || !strings.Contains(err.Error(), tc.msg) || !strings.Contains(err.Error(), "nothing was installed") {
+				t.Fatalf("install: %v; want %v with %q", err, tc.want, tc.msg)
+			}
+			if d := fleettest.DiffListing(before, fleettest.Listing(t, root)); d != "" {
+				t.Errorf("the refused install wrote to the host:\n%s", d)
+			}
+		})
+	}
+}
+
+// Without -verify-key the installer refuses and says how to choose; -verify-key none installs.
+func TestInstallNeedsTrustDecision(t *testing.T) {
+	root := fleettest.ScratchRoot(t, mainConfigV3)
+	pl := fleettest.Out(t, "allox")
+	base := []string{"install", "-once", "-root", root, "-payload", pl, "-restart-containerd=false", "-label-node=false"}
+	if _, err := run(t, base...); err == nil || !strings.Contains(err.Error(), "no trusted key: pass -verify-key FILE") {
+		t.Fatalf("install without -verify-key: %v", err)
+	}
+	log, err := run(t, append(base, "-verify-key", "none")...)
+	if err != nil || !strings.Contains(log, "-verify-key none: the attestation is not checked") {
+		t.Fatalf("install with -verify-key none: %v", err)
+	}
+	if _, err := run(t, append([]string{"cleanup"}, flags(t, root, pl)...)...); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// editEnvelope rewrites the payload's attestation.
+func editEnvelope(t *testing.T, pl string, edit func(e map[string]any)) {
+	t.Helper()
+	p := filepath.Join(pl, "attestation.intoto.jsonl")
+	var e map[string]any
+	if err := json.Unmarshal([]byte(fleettest.ReadFile(t, p)), &e); err != nil {
+		t.Fatal(err)
+	}
+	edit(e)
+	data, err := json.Marshal(e)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(p, append(data, '\n'), 0o644); err != nil {
+		t.Fatal(err)
 	}
 }

@@ -19,8 +19,9 @@ const SBOMName = "sbom.spdx.json"
 
 // runtimeFiles are files that launchers keep in an output directory and that no build writes:
 // the workspace store disk of `make boot` (qemu-tests/cmd/allox-boot) and the rollout manifest
-// `mkimage push` writes (deploy/fleet.DaemonSetFile).
-var runtimeFiles = map[string]bool{"workspace.img": true, "allox-deploy.yaml": true}
+// `mkimage push` writes (deploy/fleet.DaemonSetFile); and the attestation `mkimage attest` signs
+// after the build (its subjects are the outputs and the manifest).
+var runtimeFiles = map[string]bool{"workspace.img": true, "allox-deploy.yaml": true, artifact.Attestation: true}
 
 // OutputFiles lists the artifacts of the build in dir, slash-separated and sorted: every regular file
 // below dir except the manifest itself, hidden files (a build's scratch space), the files launchers

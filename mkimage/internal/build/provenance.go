@@ -30,6 +30,7 @@ type Provenance struct {
 	Packages        []rootfs.Package `json:"debian_packages"`
 	GoBinaries      []GoBinary       `json:"go_binaries"`
 	KataAgent       *KataAgent       `json:"kata_agent,omitempty"`
+	Source          *Source          `json:"source,omitempty"`
 	Outputs         []Output         `json:"outputs"`
 }
 
@@ -117,6 +118,9 @@ func writeProvenance(ctx context.Context, s *state) error {
 		return err
 	}
 	if p.Toolchain, err = toolchain(ctx); err != nil {
+		return err
+	}
+	if p.Source, err = sourceTree(ctx, s.opt.ModuleRoot); err != nil {
 		return err
 	}
 	if p.Outputs, err = hashOutputs(s.out); err != nil {

@@ -31,9 +31,11 @@ var commands = map[string]command{
 	"kernel-config": {"kernel-config [flags] [SPEC]",
 		"configure the kernel, prove every requested option and print the final .config", runKernelConfig},
 	"diff":       {"diff DIR1 DIR2", "compare two build outputs (or two files); name where each differing artifact first differs", runDiff},
-	"verify":     {"verify DIR", "recheck every output hash in DIR/manifest.json and the SBOM; name what changed", runVerify},
+	"verify":     {"verify DIR [--key PUB]", "recheck every output hash in DIR/manifest.json and the SBOM (with --key, the signed attestation too); name what changed", runVerify},
+	"attest":     {"attest DIR --key KEY", "sign the build in DIR: an in-toto statement with SLSA provenance in a DSSE envelope", runAttest},
+	"rebuild":    {"rebuild [--key PUB] ATTESTATION", "rebuild exactly what a signed provenance names, in a scratch cache (the kernel from the cache), and compare every output", runRebuild},
 	"kata-check": {"kata-check [-out DIR] [SPEC]", "check built artifacts offline against what the Kata runtime expects", runKataCheck},
-	"push":       {"push [-out DIR] [-insecure] REF", "publish the build as a runnable OCI image for the allox-deploy DaemonSet; print its digest-pinned reference", runPush},
+	"push":       {"push [-out DIR] [-insecure] -verify-key PUB|none REF", "publish the build as a runnable OCI image for the allox-deploy DaemonSet; print its digest-pinned reference", runPush},
 }
 
 // errUsage marks errors that are the caller's wording, answered with the usage text.

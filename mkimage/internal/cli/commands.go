@@ -3,12 +3,15 @@ package cli
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"os"
 	"path/filepath"
 
 	"github.com/allox-os/allox/internal/artifact"
+	"github.com/allox-os/allox/internal/attestation"
 	"github.com/allox-os/allox/kernel"
 	"github.com/allox-os/allox/mkimage/internal/build"
 )
@@ -17,6 +20,7 @@ type buildFlags struct {
 	out   string
 	cache string
 	jobs  int
+	sign  signFlags // mkimage build -key: sign the build (attest)
 }
 
 func parseBuildFlags(c Context, name string, args []string) (*buildFlags, []string, error) {
@@ -26,6 +30,9 @@ func parseBuildFlags(c Context, name string, args []string) (*buildFlags, []stri
 	fs.StringVar(&bf.out, "out", "", "output directory (default: the spec's output.dir)")
 	fs.StringVar(&bf.cache, "cache", artifact.CacheDir(), "cache directory for the kernel and the Debian userland ($ALLOX_CACHE)")
 	fs.IntVar(&bf.jobs, "j", 0, "kernel build jobs (default: all CPUs)")
+	if name == "build" {
+		bf.sign.register(fs, "sign the build with this key (a PEM file, ed25519 or ECDSA P-256, or env://VAR): writes "+artifact.Attestation)
+	}
 	if err := fs.Parse(args); err != nil {
 		return nil, nil, err
 	}
@@ -60,9 +67,16 @@ func runBuild(ctx context.Context, c Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	_, err = build.Run(ctx, build.Options{Spec: l.img, SpecText: l.text, ModuleRoot: l.moduleRoot,
-		CacheDir: bf.cache, Epoch: epoch, Jobs: bf.jobs, Progress: c.Stdout})
-	return err
+	if bf.sign.key == "" { // an attestation of a previous build would name other outputs
+		if err := os.Remove(attestation.File(l.img.Output.Dir)); err != nil && !errors.Is(err, os.ErrNotExist) {
+			return err
+		}
+	}
+	if _, err = build.Run(ctx, build.Options{Spec: l.img, SpecText: l.text, ModuleRoot: l.moduleRoot,
+		CacheDir: bf.cache, Epoch: epoch, Jobs: bf.jobs, Progress: c.Stdout}); err != nil || bf.sign.key == "" {
+		return err
+	}
+	return sign(ctx, c, bf.sign, l.img.Output.Dir, l, bf.cache)
 }
 
 func runValidate(ctx context.Context, c Context, args []string) error {

@@ -17,6 +17,7 @@ func runPush(ctx context.Context, c Context, args []string) error {
 	fs.SetOutput(c.Stderr)
 	out := fs.String("out", "out", "the build output directory (mkimage build -out DIR)")
 	insecure := fs.Bool("insecure", false, "allow plain HTTP and unverified TLS (a local registry)")
+	verifyKey := fs.String("verify-key", "", "the PEM public key every node requires the attestation to be signed with, or none")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -24,6 +25,10 @@ func runPush(ctx context.Context, c Context, args []string) error {
 		return errUsage
 	}
 	p, err := fleet.SelectPayload(*out)
+	if err != nil {
+		return err
+	}
+	trusted, err := fleet.Trust(ctx, p, *verifyKey)
 	if err != nil {
 		return err
 	}
@@ -48,7 +53,7 @@ func runPush(ctx context.Context, c Context, args []string) error {
 	if err != nil {
 		return err
 	}
-	manifest, err := fleet.DaemonSet(*out, p.Name, pinned)
+	manifest, err := fleet.DaemonSet(*out, p.Name, pinned, trusted)
 	if err != nil {
 		return err
 	}

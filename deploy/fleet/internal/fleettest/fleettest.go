@@ -1,7 +1,8 @@
 // Package fleettest writes small build output directories for the rollout's tests: the real
 // drop-ins, containerd snippets, RuntimeClasses and install.sh (rendered by deploy/kata, as
 // mkimage build renders them), a few bytes standing in for the kernel and the image, and a
-// manifest.json that lists them all as mkimage writes it. Tests of the rollout's logic use it;
+// manifest.json that lists them all as mkimage writes it, and an attestation of them all signed
+// with a fresh key (TrustedKey). Tests of the rollout's logic use it;
 // the registry round trip also runs on a real build (testenv.NeedOut).
 package fleettest
 
@@ -13,9 +14,12 @@ import (
 	"path"
 	"path/filepath"
 	"slices"
+	"sync"
 	"testing"
 
 	"github.com/allox-os/allox/deploy/kata"
+	"github.com/allox-os/allox/internal/artifact"
+	"github.com/allox-os/allox/internal/attestation/attestationtest"
 )
 
 // Out writes an output directory for image name (image mode) into a temporary directory.
@@ -51,10 +55,37 @@ func Out(tb testing.TB, name string) string {
 	write("vmlinux", []byte("not part of the payload\n"), 0o644)
 	write("sbom.spdx.json", []byte(`{"spdxVersion": "SPDX-2.3"}`+"\n"), 0o644)
 	WriteManifest(tb, dir, name)
+	key, pub := attestationtest.KeyPair(tb, "ed25519")
+	attestationtest.SignDir(tb, dir, key)
+	trusted.Store(dir, pub)
 	return dir
 }
 
-// WriteManifest (re)writes dir/manifest.json listing every other file below dir, one key per line
+// trusted maps each directory Out wrote to the public key its attestation verifies with.
+var trusted sync.Map
+
+// TrustedKey is the PEM public key file that the attestation of Out's dir verifies with.
+func TrustedKey(tb testing.TB, dir string) string {
+	tb.Helper()
+	pub, ok := trusted.Load(dir)
+	if !ok {
+		tb.Fatalf("BUG: %s was not written by fleettest.Out", dir)
+	}
+	return pub.(string)
+}
+
+// Resign signs dir again (after a test changed it on purpose) with a fresh key and returns the
+// public key.
+func Resign(tb testing.TB, dir string) string {
+	tb.Helper()
+	key, pub := attestationtest.KeyPair(tb, "ed25519")
+	attestationtest.SignDir(tb, dir, key)
+	trusted.Store(dir, pub)
+	return pub
+}
+
+// WriteManifest (re)writes dir/manifest.json listing every other file below dir (but the
+// attestation), one key per line
 // as mkimage writes it (install.sh reads it with awk).
 func WriteManifest(tb testing.TB, dir, name string) {
 	tb.Helper()
@@ -65,7 +96,7 @@ func WriteManifest(tb testing.TB, dir, name string) {
 	}
 	var outs []output
 	err := filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
-		if err != nil || d.IsDir() || d.Name() == "manifest.json" {
+		if err != nil || d.IsDir() || d.Name() == "manifest.json" || d.Name() == artifact.Attestation {
 			return err
 		}
 		data, err := os.ReadFile(p)

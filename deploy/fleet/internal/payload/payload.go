@@ -69,7 +69,7 @@ func (m *Manifest) output(p string) (Output, bool) {
 }
 
 // Select returns the payload of the build in dir, slash-separated and sorted: manifest.json, the
-// SBOM, every output under kata/, and the kernel and the image or initrd that kata's Go-runtime
+// SBOM, the attestation when the build is signed, every output under kata/, and the kernel and the image or initrd that kata's Go-runtime
 // drop-in names. Each file must match manifest.json, so a changed output is never published.
 func Select(dir string) ([]string, *Manifest, error) {
 	m, err := ReadManifest(dir)
@@ -77,6 +77,9 @@ func Select(dir string) ([]string, *Manifest, error) {
 		return nil, nil, err
 	}
 	files := []string{artifact.Manifest, SBOM}
+	if _, err := os.Stat(filepath.Join(dir, artifact.Attestation)); err == nil {
+		files = append(files, artifact.Attestation)
+	}
 	for _, o := range m.Outputs {
 		if strings.HasPrefix(o.Path, artifact.KataDir+"/") {
 			files = append(files, o.Path)
@@ -163,11 +166,12 @@ func Verify(dir string, want []string) (*Manifest, error) {
 }
 
 // check hashes each of files (slash-separated, below dir) and names every one that manifest.json
-// does not list or records with another sha256. manifest.json itself is not checked.
+// does not list or records with another sha256. manifest.json itself and the attestation (which
+// CheckAttestation checks) are not.
 func (m *Manifest) check(dir string, files []string) []error {
 	var errs []error
 	for _, f := range files {
-		if f == artifact.Manifest {
+		if f == artifact.Manifest || f == artifact.Attestation {
 			continue
 		}
 		o, ok := m.output(f)

@@ -19,7 +19,7 @@ func TestSelect(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := []string{"bzImage", "kata/config.d/50-allox.toml", "kata/containerd/config-v2.toml", "kata/containerd/config-v3.toml",
+	want := []string{"attestation.intoto.jsonl", "bzImage", "kata/config.d/50-allox.toml", "kata/containerd/config-v2.toml", "kata/containerd/config-v3.toml",
 		"kata/install.sh", "kata/runtime-rs/config.d/50-allox.toml", "kata/runtimeclass.yaml", "manifest.json", "rootfs.img", "sbom.spdx.json"}
 	if d := cmp.Diff(want, files); d != "" {
 		t.Errorf("payload (-want +got):\n%s", d)

@@ -12,10 +12,15 @@
 # host's root mounted into an installer pod); KATA_DEFAULTS is where Kata's shipped configurations
 # are, used as given; its default is
 #   $DESTDIR/opt/kata/share/defaults/kata-containers
-# Needs POSIX sh, awk and sha256sum. Exits 0 on success.
+# ALLOX_VERIFY_KEY is the PEM public key (ed25519 or ECDSA P-256) whose signature install trusts:
+# it checks ../attestation.intoto.jsonl (the signed in-toto statement of the build) with it first,
+# and refuses a missing attestation, one without a signature, one signed by another key, one whose
+# signature does not verify and one whose subjects do not match the files. ALLOX_VERIFY_KEY=none
+# installs without checking who built the release; unset, install refuses.
+# Needs POSIX sh, awk and sha256sum, and openssl to check the attestation. Exits 0 on success.
 #
-# Install checks every file against ../manifest.json (path and sha256) and Kata's configurations
-# before it writes anything. Then, in this order, so that an interruption at any point leaves the
+# Install checks the attestation, then every file against ../manifest.json (path and sha256) and
+# Kata's configurations before it writes anything. Then, in this order, so that an interruption at any point leaves the
 # previous configuration working: (1) the directories it needs and the record of everything it
 # adds, CONFIG_DIR/allox-allox.installed;
 # (2) the artifacts, staged beside and renamed into a directory of their own per release; (3) the
@@ -137,7 +142,66 @@ check() {
 	[ "$got" = "$want" ] || die "$1: sha256 $got does not match manifest.json's $want: the file changed after the build; copy it again"
 }
 
+# attestation_check verifies ../attestation.intoto.jsonl with ALLOX_VERIFY_KEY: the DSSE
+# signature over the statement (openssl), then every file install.sh reads against the statement's
+# subjects. The envelope is one line of JSON with "keyid" before "sig" in each signature, and the
+# statement one key per line, as mkimage writes them. Temporary files go to TMPDIR.
+attestation_check() {
+	key=${ALLOX_VERIFY_KEY-}
+	[ -n "$key" ] || die "ALLOX_VERIFY_KEY is not set: set it to the PEM public key whose signature you trust (e.g. ALLOX_VERIFY_KEY=/etc/allox/build.pub), or to none to install without checking who built this release"
+	if [ "$key" = none ]; then
+		echo "install.sh: ALLOX_VERIFY_KEY=none: the attestation is not checked" >&2
+		return 0
+	fi
+	[ -f "$key" ] || die "ALLOX_VERIFY_KEY $key: no such file: give the PEM public key whose signature you trust"
+	command -v openssl >/dev/null 2>&1 || die "openssl not found: install openssl to check the attestation (or set ALLOX_VERIFY_KEY=none)"
+	att=$out/attestation.intoto.jsonl
+	[ -f "$att" ] || die "attestation missing: $att does not exist: sign the build (mkimage attest DIR --key KEY) and copy the whole output directory"
+	case $(openssl pkey -pubin -in "$key" -noout -text 2>/dev/null | head -n 1) in
+	ED25519*) kind=ed25519 ;;
+	"Public-Key: (256 bit)") kind=p256 ;;
+	*) die "ALLOX_VERIFY_KEY $key: not an ed25519 or ECDSA P-256 public key in PEM" ;;
+	esac
+	ours=sha256:$(openssl pkey -pubin -in "$key" -outform DER | sha256sum | awk '{ print $1 }')
+	work=$(mktemp -d "${TMPDIR:-/tmp}/allox-attestation.XXXXXX") || die "cannot create a temporary directory in ${TMPDIR:-/tmp}"
+	trap 'rm -rf "$work"' EXIT
+	field() { sed -n 's/.*"'"$1"'":"\([^"]*\)".*/\1/p' "$att" | head -n 1; }
+	ptype=$(field payloadType)
+	[ "$ptype" = application/vnd.in-toto+json ] || die "attestation malformed: $att: payloadType is '$ptype', not application/vnd.in-toto+json"
+	field payload | openssl base64 -d -A >"$work/statement" 2>/dev/null || die "attestation malformed: $att: the payload is not base64"
+	awk '{ s = $0; while (match(s, /"keyid":"[^"]*","sig":"[^"]*"/)) { m = substr(s, RSTART, RLENGTH); sub(/^"keyid":"/, "", m); sub(/","sig":"/, " ", m); sub(/"$/, "", m); print m; s = substr(s, RSTART + RLENGTH) } }' "$att" >"$work/sigs"
+	[ -s "$work/sigs" ] || die "attestation unsigned: $att has no signature: sign the build (mkimage attest DIR --key KEY)"
+	sig=$(awk -v k="$ours" '$1 == k || $1 == "" { print $2; exit }' "$work/sigs")
+	[ -n "$sig" ] || die "attestation signed by another key: $att is signed by keyid $(awk '{ printf "%s ", $1 }' "$work/sigs")but the trusted key $key is $ours: verify with the key that signed it, or have the build signed with yours"
+	printf '%s' "$sig" | openssl base64 -d -A >"$work/sig" 2>/dev/null || die "attestation malformed: $att: the signature is not base64"
+	printf 'DSSEv1 %d %s %d ' ${#ptype} "$ptype" "$(wc -c <"$work/statement")" >"$work/pae"
+	cat "$work/statement" >>"$work/pae"
+	if [ $kind = ed25519 ]; then
+		openssl pkeyutl -verify -pubin -inkey "$key" -rawin -in "$work/pae" -sigfile "$work/sig" >/dev/null 2>&1 && good=1 || good=
+	else
+		openssl dgst -sha256 -verify "$key" -signature "$work/sig" "$work/pae" >/dev/null 2>&1 && good=1 || good=
+	fi
+	[ -n "$good" ] || die "attestation signature does not verify with the trusted key $key ($ours): the statement or its signature changed after signing"
+	# The subjects: "name" then "sha256" of each, between "subject" and "predicateType".
+	awk '
+		/^  "subject": \[/ { in_s = 1; next }
+		/^  "predicateType":/ { in_s = 0 }
+		in_s && /"name":/ { n = $0; sub(/^[^:]*: *"/, "", n); sub(/",?[ \t\r]*$/, "", n) }
+		in_s && /"sha256":/ { d = $0; sub(/^[^:]*: *"/, "", d); sub(/",?[ \t\r]*$/, "", d); print d " " n }' "$work/statement" >"$work/subjects"
+	for f in manifest.json kata/install.sh $artifacts $(for d in $dropins; do echo "kata/$d"; done); do
+		[ -f "$out/$f" ] || die "attestation subject mismatch: $f: missing from $out: copy the whole build output directory"
+		want=$(awk -v f="$f" '$2 == f { print $1; exit }' "$work/subjects")
+		[ -n "$want" ] || die "attestation subject mismatch: $f: not a subject of the attestation: sign this build (mkimage attest DIR --key KEY)"
+		got=$(sha_of "$out/$f")
+		[ "$got" = "$want" ] || die "attestation subject mismatch: $f: sha256 $got, the attestation records $want: the file changed after signing; copy it again"
+	done
+	rm -rf "$work"
+	trap - EXIT
+	echo "install.sh: the attestation is signed by $ours and names every file"
+}
+
 # 0. Check everything; nothing is written before all checks pass.
+attestation_check
 for f in $artifacts; do check "$f"; done
 for f in $dropins; do check "kata/$f"; done
 for c in $configs; do
