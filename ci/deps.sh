@@ -16,7 +16,8 @@ packages=(
   busybox-static curl ca-certificates
   # the session network bench's reference relay
   socat
-  # the Probe's SSH endpoint tests: OpenSSH's own ssh, sftp and ssh-keygen as clients
+  # the Probe's SSH endpoint tests: OpenSSH's own ssh, sftp and ssh-keygen as clients (its sshd,
+  # the SSH bench's baseline, is not installed here: it would start a server on port 22)
   openssh-client
   # the integration tests' in-sandbox clients (session socket, session network and share streams)
   python3

@@ -56,7 +56,7 @@ type fixture struct {
 	acts    []Activity
 }
 
-func newFixture(t *testing.T) *fixture {
+func newFixture(t testing.TB) *fixture {
 	t.Helper()
 	testenv.Root(t, "to start the workspace daemon", "./deploy/probe/internal/sshremote")
 	testenv.Tool(t, "bwrap", "apt-get install bubblewrap")
