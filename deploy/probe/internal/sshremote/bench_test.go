@@ -115,7 +115,7 @@ func startSSHD(b *testing.B, sshd string) *ssh.Client {
 	dir, err := os.MkdirTemp("", "sshbench") // not below b.TempDir(), whose root is 0700
 	must(b, err)
 	b.Cleanup(func() { os.RemoveAll(dir) })
-	must(b, os.Chmod(dir, 0o755)) // sshd reads the authorized keys as the user
+	must(b, os.Chmod(dir, 0o755))   // sshd reads the authorized keys as the user
 	os.MkdirAll("/run/sshd", 0o755) // sshd's privilege separation directory
 	hostKey := filepath.Join(dir, "host")
 	must(b, exec.Command("ssh-keygen", "-q", "-t", "ed25519", "-N", "", "-f", hostKey).Run())

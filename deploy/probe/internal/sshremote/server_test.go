@@ -2,8 +2,8 @@ package sshremote
 
 import (
 	"bufio"
-	"crypto/rand"
 	"context"
+	"crypto/rand"
 	"errors"
 	"fmt"
 	"io"
