@@ -181,6 +181,9 @@ type Run struct {
 	Ended     *time.Time `json:"ended,omitempty"`
 	// Managed says the run went the managed (unsandboxed) path.
 	Managed bool `json:"managed,omitempty"`
+	// Attached says the run's streams went to its process.exec caller, not to its record:
+	// "pipes" or "terminal".
+	Attached string `json:"attached,omitempty"`
 	// StdoutDropped and StderrDropped are the bytes of each stream dropped beyond the daemon's
 	// bound on run output, once the run has ended (process.output reports them live).
 	StdoutDropped int64 `json:"stdout_dropped,omitempty"`

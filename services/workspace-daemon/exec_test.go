@@ -96,8 +96,8 @@ func TestExecPipes(t *testing.T) {
 	}
 	var rec rpc.Run
 	must(t, json.Unmarshal(mustPost(t, url, `{"action":"process.get","params":{"run_id":"`+end.RunID+`"}}`), &rec))
-	if rec.State != "exited" || *rec.ExitCode != 5 {
-		t.Fatalf("process.get of the attached run: %+v", rec)
+	if rec.State != "exited" || *rec.ExitCode != 5 || rec.Attached != "pipes" {
+		t.Fatalf("process.get of the attached run: %+v, want exited 5, attached pipes", rec)
 	}
 }
 

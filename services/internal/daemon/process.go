@@ -256,7 +256,7 @@ const effectsPlugin = "system-effects"
 
 func run(st *tracked.Status) rpc.Run {
 	r := rpc.Run{RunID: st.RunID, AgentID: st.AgentID, SessionID: st.SessionID, Argv: st.Argv, State: st.State,
-		Signal: st.Signal, Reason: st.Reason, Pid: st.Pid, Cgroup: st.Cgroup, Started: st.Started, Managed: st.Managed,
+		Signal: st.Signal, Reason: st.Reason, Pid: st.Pid, Cgroup: st.Cgroup, Started: st.Started, Managed: st.Managed, Attached: st.Attached,
 		StdoutDropped: st.StdoutDropped, StderrDropped: st.StderrDropped}
 	if st.State != "running" {
 		code := st.ExitCode
