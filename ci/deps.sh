@@ -16,6 +16,8 @@ packages=(
   busybox-static curl ca-certificates
   # the integration tests' in-sandbox clients (session socket, session network and share streams)
   python3
+  # Kuruwa: the rendering oracle for its emulator and the baseline of its bench
+  tmux
 )
 
 missing=()
