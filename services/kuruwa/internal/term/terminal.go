@@ -45,6 +45,7 @@ type Terminal struct {
 	transcript *os.File
 
 	writeMu sync.Mutex // serialises input so a paste and its keys never interleave with another send
+	outMu   sync.Mutex // held while one chunk of output reaches both the screen and the ring
 
 	mu      sync.Mutex
 	exited  bool
@@ -83,8 +84,10 @@ func (t *Terminal) readOutput() {
 		n, err := t.ptm.Read(buf)
 		if n > 0 {
 			p := buf[:n]
+			t.outMu.Lock()
 			t.screen.Write(p)
 			t.ring.Write(p)
+			t.outMu.Unlock()
 			if t.transcript != nil {
 				_, _ = t.transcript.Write(p)
 			}
@@ -196,6 +199,14 @@ func (t *Terminal) Signal(sig syscall.Signal) error {
 		return fmt.Errorf("signal %s: %w", sig, err)
 	}
 	return nil
+}
+
+// SnapshotAt renders the screen together with the ring offset it reflects, so an attaching
+// client draws it and then follows the ring from that offset with nothing lost or repeated.
+func (t *Terminal) SnapshotAt() (Snapshot, uint64) {
+	t.outMu.Lock()
+	defer t.outMu.Unlock()
+	return t.screen.Snapshot(), t.ring.End()
 }
 
 // Screen returns the terminal's emulator.
