@@ -37,7 +37,7 @@ func (d *Daemon) ls(c *client) wire.LsResult {
 			}
 		}
 		if c.tenant.name == config.HostTenant {
-			info.Socket = in.sock
+			info.Socket, info.PID = in.sock, in.cmd.Process.Pid
 		}
 		res.Instances = append(res.Instances, info)
 	}

@@ -101,6 +101,7 @@ type InstanceInfo struct {
 	Valid      bool   `json:"valid"`
 	Terminals  int    `json:"terminals"`
 	Socket     string `json:"socket,omitempty"` // the outer path, shown to the management entry
+	PID        int    `json:"pid,omitempty"`    // the init's pid, shown to the management entry
 }
 
 // GrantArgs grants or revokes: exactly one of Definition, Instance, Terminal.
