@@ -5,12 +5,13 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -43,9 +44,10 @@ func TestMain(m *testing.M) {
 }
 
 type fixture struct {
-	t   *testing.T
-	d   *daemon.Daemon
-	dir string
+	t    *testing.T
+	d    *daemon.Daemon
+	dir  string
+	stop func() // stops the daemon (and runs once)
 }
 
 // newDaemon runs a main daemon on a fresh short directory (socket paths are limited to 108
@@ -82,16 +84,18 @@ func startIn(t *testing.T, dir, hcl string) *fixture {
 	case <-time.After(20 * time.Second):
 		t.Fatal("daemon did not start")
 	}
-	t.Cleanup(func() {
+	f := &fixture{t: t, d: d, dir: dir}
+	f.stop = sync.OnceFunc(func() {
 		cancel()
 		if err := <-done; err != nil {
 			t.Errorf("daemon: %v", err)
 		}
 	})
-	return &fixture{t: t, d: d, dir: dir}
+	t.Cleanup(f.stop)
+	return f
 }
 
-func (f *fixture) mgmt() string            { return f.d.ManagementEntry() }
+func (f *fixture) mgmt() string             { return f.d.ManagementEntry() }
 func (f *fixture) entry(name string) string { return f.d.TenantEntry(name) }
 
 // kw runs the CLI in-process against entry and returns stdout, or the error.
@@ -184,4 +188,6 @@ tenant "agent" {
 tenant "other" {}
 `
 
-var _ = io.EOF
+func itoa(n int) string                             { return strconv.Itoa(n) }
+func atoi(s string) int                             { n, _ := strconv.Atoi(s); return n }
+func asExit(err error, target **cli.ExitError) bool { return errors.As(err, target) }
