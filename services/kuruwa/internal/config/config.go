@@ -178,14 +178,16 @@ func diag(summary, detail string, r hcl.Range) *hcl.Diagnostic {
 	return &hcl.Diagnostic{Severity: hcl.DiagError, Summary: summary, Detail: detail, Subject: &r}
 }
 
-// checkName accepts names usable as socket directory names and CLI arguments.
+// checkName accepts names usable as socket directory names and CLI arguments: 1 to 32 of
+// A-Z a-z 0-9 . _ -, starting with a letter or digit.
 func checkName(n string) error {
 	if n == "" || len(n) > 32 {
 		return fmt.Errorf("name %q must be 1 to 32 characters", n)
 	}
-	for _, r := range n {
-		if !(r >= 'a' && r <= 'z' || r >= '0' && r <= '9' || r == '-' || r == '_') {
-			return fmt.Errorf("name %q may only hold a-z, 0-9, - and _", n)
+	for i, r := range n {
+		alnum := r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9'
+		if !alnum && (i == 0 || r != '-' && r != '_' && r != '.') {
+			return fmt.Errorf("name %q may only hold letters, digits, '.', '_' and '-', and must start with a letter or digit", n)
 		}
 	}
 	return nil

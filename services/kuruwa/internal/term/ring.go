@@ -13,6 +13,7 @@ import (
 type Ring struct {
 	mu      sync.Mutex
 	buf     []byte
+	limit   int
 	end     uint64        // offset one past the last byte written
 	changed chan struct{} // closed and replaced on every write or close
 	closed  bool
@@ -27,14 +28,14 @@ func (e *LaggedError) Error() string {
 
 // NewRing returns a ring holding at most capacity bytes.
 func NewRing(capacity int) *Ring {
-	return &Ring{buf: make([]byte, 0, capacity), changed: make(chan struct{})}
+	return &Ring{limit: capacity, changed: make(chan struct{})}
 }
 
 // Write appends p; it never blocks on readers.
 func (r *Ring) Write(p []byte) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	c := cap(r.buf)
+	c := r.limit
 	if len(p) >= c {
 		r.buf = append(r.buf[:0], p[len(p)-c:]...)
 	} else if over := len(r.buf) + len(p) - c; over > 0 {
