@@ -33,7 +33,10 @@ func TestMain(m *testing.M) {
 		panic(err)
 	}
 	kuruwaBin = filepath.Join(dir, "kuruwa")
-	out, err := exec.Command("go", "build", "-o", kuruwaBin, "github.com/allox-os/allox/services/kuruwa").CombinedOutput()
+	// Static, as the appliance ships it: no dynamic loader on every CLI call.
+	build := exec.Command("go", "build", "-o", kuruwaBin, "github.com/allox-os/allox/services/kuruwa")
+	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	out, err := build.CombinedOutput()
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "build kuruwa: %v\n%s", err, out)
 		os.Exit(1)
