@@ -71,8 +71,16 @@ func BenchmarkKuruwaVersusTmux(b *testing.B) {
 		return wire.NewConn(uc)
 	}
 	ops := []op{
-		{"create", func(int) error { n := fresh(); made = append(made, n); return kw("start", n, "--instance", "host", "--", "cat") },
-			func(int) error { n := fresh(); made2 = append(made2, n); return tm("new-session", "-d", "-s", n, "cat") },
+		{"create", func(int) error {
+			n := fresh()
+			made = append(made, n)
+			return kw("start", n, "--instance", "host", "--", "cat")
+		},
+			func(int) error {
+				n := fresh()
+				made2 = append(made2, n)
+				return tm("new-session", "-d", "-s", n, "cat")
+			},
 			func(c *wire.Conn) error {
 				n := fresh()
 				made = append(made, n)
@@ -86,10 +94,14 @@ func BenchmarkKuruwaVersusTmux(b *testing.B) {
 			func(c *wire.Conn) error { return c.Call("screen", wire.ScreenArgs{Name: "main"}, nil) }},
 		{"scrollback", func(int) error { return kw("screen", "main", "--scrollback") },
 			func(int) error { return tm("capture-pane", "-p", "-S", "-", "-t", "main") },
-			func(c *wire.Conn) error { return c.Call("screen", wire.ScreenArgs{Name: "main", Scrollback: true}, nil) }},
+			func(c *wire.Conn) error {
+				return c.Call("screen", wire.ScreenArgs{Name: "main", Scrollback: true}, nil)
+			}},
 		{"terminate", func(int) error { return kw("clean", pop(&made, kw), "--force") },
 			func(int) error { return tm("kill-session", "-t", pop(&made2, nil)) },
-			func(c *wire.Conn) error { return c.Call("clean", wire.CleanArgs{Name: pop(&made, kw), Force: true}, nil) }},
+			func(c *wire.Conn) error {
+				return c.Call("clean", wire.CleanArgs{Name: pop(&made, kw), Force: true}, nil)
+			}},
 	}
 	for _, o := range ops {
 		b.Run(o.name, func(b *testing.B) {

@@ -128,3 +128,39 @@ func TestSixteenConcurrentClients(t *testing.T) {
 		t.Fatalf("%d clients took the name \"shared\", want exactly 1", n)
 	}
 }
+
+// A client that opens tail -f and never reads must not hold up the terminal: the program's
+// output keeps flowing into the screen and the program finishes.
+func TestStalledReaderNeverBlocksTheTerminal(t *testing.T) {
+	f := newDaemon(t, boxConfig)
+	f.must(f.mgmt(), "start", "flood", "--instance", "host", "--", "sh", "-c", "sleep 0.3; head -c 2000000 /dev/zero | tr '\\0' x; echo; echo flood-done")
+	stalled := f.dial(f.mgmt())
+	openStream(t, stalled, "tail", "flood") // and never read from it again
+	f.waitExit(f.mgmt(), "flood")
+	f.waitScreen(f.mgmt(), "flood", "flood-done")
+}
+
+// Every connection is recorded with the peer credentials the kernel gave (SO_PEERCRED).
+func TestConnectionsRecordPeerCredentials(t *testing.T) {
+	f := newDaemon(t, boxConfig)
+	c := f.dial(f.entry("agent"))
+	if err := c.Call("whoami", nil, nil); err != nil {
+		t.Fatal(err)
+	}
+	var ts []wire.TenantInfo
+	if err := json.Unmarshal([]byte(f.must(f.mgmt(), "tenant", "ls", "--json")), &ts); err != nil {
+		t.Fatal(err)
+	}
+	for _, tn := range ts {
+		if tn.Name != "agent" {
+			continue
+		}
+		for _, p := range tn.Connections {
+			if p.PID == int32(os.Getpid()) && p.UID == uint32(os.Geteuid()) {
+				return
+			}
+		}
+		t.Fatalf("agent's connections %+v do not include this process", tn.Connections)
+	}
+	t.Fatal("no tenant agent")
+}
