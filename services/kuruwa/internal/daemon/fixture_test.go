@@ -34,8 +34,14 @@ func TestMain(m *testing.M) {
 	}
 	kuruwaBin = filepath.Join(dir, "kuruwa")
 	// Static, as the appliance ships it: no dynamic loader on every CLI call.
-	build := exec.Command("go", "build", "-o", kuruwaBin, "github.com/allox-os/allox/services/kuruwa")
-	build.Env = append(os.Environ(), "CGO_ENABLED=0")
+	// KURUWA_TEST_RACE=1 builds it with the race detector, so the instance daemons are checked too.
+	args := []string{"build", "-o", kuruwaBin}
+	cgo := "CGO_ENABLED=0"
+	if os.Getenv("KURUWA_TEST_RACE") == "1" {
+		args, cgo = append(args, "-race"), "CGO_ENABLED=1"
+	}
+	build := exec.Command("go", append(args, "github.com/allox-os/allox/services/kuruwa")...)
+	build.Env = append(os.Environ(), cgo)
 	out, err := build.CombinedOutput()
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "build kuruwa: %v\n%s", err, out)

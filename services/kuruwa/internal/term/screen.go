@@ -1,6 +1,7 @@
 package term
 
 import (
+	"io"
 	"strings"
 	"sync"
 
@@ -90,11 +91,12 @@ func (s *Screen) Resize(cols, rows int) {
 	s.emu.Resize(cols, rows)
 }
 
-// Close stops the reply pump.
+// Close stops the reply pump. It closes the emulator's reply pipe rather than calling the
+// emulator's Close, whose unsynchronised closed flag the pump's Read would race with.
 func (s *Screen) Close() {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	_ = s.emu.Close()
+	if pw, ok := s.emu.InputPipe().(*io.PipeWriter); ok {
+		_ = pw.CloseWithError(io.EOF)
+	}
 }
 
 // Snapshot renders the viewport: one string per row, trailing blanks trimmed.
