@@ -20,14 +20,11 @@ func attach(ctx context.Context, c *Context, inv *invocation) error {
 	if err != nil {
 		return err
 	}
-	conn, err := c.dial(inv)
+	conn, closeConn, err := c.openStream(ctx, inv, "attach", wire.TailArgs{Name: name})
 	if err != nil {
 		return err
 	}
-	defer conn.Close()
-	if err := conn.Call("attach", wire.TailArgs{Name: name}, nil); err != nil {
-		return err
-	}
+	defer closeConn()
 	in, _ := c.Stdin.(*os.File)
 	if in != nil {
 		if restore, err := rawMode(int(in.Fd())); err == nil {
@@ -43,8 +40,6 @@ func attach(ctx context.Context, c *Context, inv *invocation) error {
 			}()
 		}
 	}
-	stop := context.AfterFunc(ctx, func() { conn.Close() })
-	defer stop()
 	detached := make(chan struct{})
 	go func() {
 		buf := make([]byte, 4096)
@@ -69,20 +64,7 @@ func attach(ctx context.Context, c *Context, inv *invocation) error {
 			}
 		}
 	}()
-	for {
-		var f wire.Frame
-		if err := conn.Recv(&f); err != nil {
-			select {
-			case <-detached:
-				fmt.Fprintf(c.Stderr, "\r\n[detached from %s]\r\n", name)
-				return nil
-			default:
-				return fmt.Errorf("attach %s: connection closed: %w", name, err)
-			}
-		}
-		if f.Error != nil {
-			return f.Error
-		}
+	err = frames(conn, func(f wire.Frame) (bool, error) {
 		_, _ = c.Stdout.Write(f.Output)
 		if f.End {
 			code := 0
@@ -90,9 +72,19 @@ func attach(ctx context.Context, c *Context, inv *invocation) error {
 				code = *f.Exit
 			}
 			fmt.Fprintf(c.Stderr, "\r\n[%s exited with status %d]\r\n", name, code)
+		}
+		return f.End, nil
+	})
+	if _, ok := err.(*streamClosed); ok {
+		select {
+		case <-detached:
+			fmt.Fprintf(c.Stderr, "\r\n[detached from %s]\r\n", name)
 			return nil
+		default:
+			return fmt.Errorf("attach %s: connection closed: %w", name, err)
 		}
 	}
+	return err
 }
 
 func sendSize(conn *wire.Conn, fd int) {

@@ -133,39 +133,67 @@ func offsetFlag(inv *invocation) (uint64, error) {
 // follow streams output to stdout from offset from. With wait it lasts until the program exits
 // and returns its status as an *ExitError (nil for 0).
 func (c *Context) follow(ctx context.Context, inv *invocation, name, id string, from uint64, wait bool) error {
-	conn, err := c.dial(inv)
+	conn, closeConn, err := c.openStream(ctx, inv, "tail", wire.TailArgs{Name: name, ID: id, From: from, Follow: wait})
 	if err != nil {
 		return err
 	}
-	defer conn.Close()
-	if err := conn.Call("tail", wire.TailArgs{Name: name, ID: id, From: from, Follow: wait}, nil); err != nil {
-		return err
-	}
-	stop := context.AfterFunc(ctx, func() { conn.Close() })
-	defer stop()
+	defer closeConn()
 	next := from
-	for {
-		var f wire.Frame
-		if err := conn.Recv(&f); err != nil {
-			return fmt.Errorf("tail %s: connection closed at offset %d (resume with --from %d): %w", name, next, next, err)
-		}
-		if f.Error != nil {
-			return f.Error
-		}
-		if len(f.Output) > 0 {
-			if _, err := c.Stdout.Write(f.Output); err != nil {
-				return err
-			}
+	err = frames(conn, func(f wire.Frame) (bool, error) {
+		if _, err := c.Stdout.Write(f.Output); err != nil {
+			return true, err
 		}
 		if f.Next > 0 {
 			next = f.Next
 		}
-		if f.End {
-			fmt.Fprintf(c.Stderr, "kuruwa: next offset %d\n", next)
-			if f.Exit != nil && *f.Exit != 0 {
-				return &ExitError{Code: *f.Exit}
-			}
-			return nil
+		if !f.End {
+			return false, nil
+		}
+		fmt.Fprintf(c.Stderr, "kuruwa: next offset %d\n", next)
+		if f.Exit != nil && *f.Exit != 0 {
+			return true, &ExitError{Code: *f.Exit}
+		}
+		return true, nil
+	})
+	if _, ok := err.(*streamClosed); ok {
+		return fmt.Errorf("tail %s: connection closed at offset %d (resume with --from %d): %w", name, next, next, err)
+	}
+	return err
+}
+
+// openStream connects, starts a streaming operation and returns the connection (closed when
+// ctx ends) and its closer.
+func (c *Context) openStream(ctx context.Context, inv *invocation, op string, args any) (*wire.Conn, func(), error) {
+	conn, err := c.dial(inv)
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := conn.Call(op, args, nil); err != nil {
+		conn.Close()
+		return nil, nil, err
+	}
+	stop := context.AfterFunc(ctx, func() { conn.Close() })
+	return conn, func() { stop(); conn.Close() }, nil
+}
+
+// streamClosed is a stream that ended without its end frame.
+type streamClosed struct{ err error }
+
+func (e *streamClosed) Error() string { return e.err.Error() }
+func (e *streamClosed) Unwrap() error { return e.err }
+
+// frames hands each frame to f until f reports done; an error frame ends it with that error.
+func frames(conn *wire.Conn, f func(wire.Frame) (bool, error)) error {
+	for {
+		var fr wire.Frame
+		if err := conn.Recv(&fr); err != nil {
+			return &streamClosed{err}
+		}
+		if fr.Error != nil {
+			return fr.Error
+		}
+		if done, err := f(fr); done || err != nil {
+			return err
 		}
 	}
 }
@@ -303,29 +331,15 @@ func transcript(ctx context.Context, c *Context, inv *invocation) error {
 	if err != nil {
 		return err
 	}
-	conn, err := c.dial(inv)
+	conn, closeConn, err := c.openStream(ctx, inv, "transcript", wire.TailArgs{Name: name})
 	if err != nil {
 		return err
 	}
-	defer conn.Close()
-	if err := conn.Call("transcript", wire.TailArgs{Name: name}, nil); err != nil {
-		return err
-	}
-	for {
-		var f wire.Frame
-		if err := conn.Recv(&f); err != nil {
-			return fmt.Errorf("transcript %s: %w", name, err)
-		}
-		if f.Error != nil {
-			return f.Error
-		}
-		if _, err := c.Stdout.Write(f.Output); err != nil {
-			return err
-		}
-		if f.End {
-			return nil
-		}
-	}
+	defer closeConn()
+	return frames(conn, func(f wire.Frame) (bool, error) {
+		_, err := c.Stdout.Write(f.Output)
+		return f.End, err
+	})
 }
 
 func resize(_ context.Context, c *Context, inv *invocation) error {

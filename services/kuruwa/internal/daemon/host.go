@@ -19,7 +19,7 @@ func (d *Daemon) hostOp(c *client, req wire.Request) (any, error) {
 	case "tenants":
 		return d.tenantList(), nil
 	case "tenant.add", "tenant.rm":
-		a, err := decode[wire.TenantArgs](req.Args)
+		a, err := wire.Decode[wire.TenantArgs](req.Args)
 		if err != nil {
 			return nil, err
 		}
@@ -28,7 +28,7 @@ func (d *Daemon) hostOp(c *client, req wire.Request) (any, error) {
 		}
 		return struct{}{}, d.removeTenant(a.Name)
 	default:
-		a, err := decode[wire.GrantArgs](req.Args)
+		a, err := wire.Decode[wire.GrantArgs](req.Args)
 		if err != nil {
 			return nil, err
 		}

@@ -1,9 +1,7 @@
 package daemon
 
 import (
-	"encoding/json"
 	"net"
-	"strings"
 	"time"
 
 	"github.com/allox-os/allox/services/kuruwa/internal/config"
@@ -19,7 +17,7 @@ func (d *Daemon) dispatch(c *client, req wire.Request) bool {
 	case "ls":
 		_ = c.reply(d.ls(c), nil)
 	case "start":
-		a, err := decode[wire.StartArgs](req.Args)
+		a, err := wire.Decode[wire.StartArgs](req.Args)
 		if err == nil {
 			var info wire.TermInfo
 			info, err = d.start(c, a)
@@ -36,7 +34,7 @@ func (d *Daemon) dispatch(c *client, req wire.Request) bool {
 	case "gc":
 		_ = c.reply(d.gc(c), nil)
 	case "instance.start":
-		a, err := decode[wire.InstanceArgs](req.Args)
+		a, err := wire.Decode[wire.InstanceArgs](req.Args)
 		if err == nil {
 			var info wire.InstanceInfo
 			info, err = d.startInstance(c, a)
@@ -50,19 +48,6 @@ func (d *Daemon) dispatch(c *client, req wire.Request) bool {
 		_ = c.reply(nil, wire.Errorf(wire.CodeBadRequest, "op", "unknown operation %q", req.Op))
 	}
 	return false
-}
-
-func decode[T any](raw json.RawMessage) (T, error) {
-	var v T
-	if len(raw) == 0 {
-		return v, nil
-	}
-	dec := json.NewDecoder(strings.NewReader(string(raw)))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&v); err != nil {
-		return v, wire.Errorf(wire.CodeBadRequest, "args", "%v", err)
-	}
-	return v, nil
 }
 
 // target is a terminal resolved for one request, with what the request may rely on copied out
@@ -128,7 +113,7 @@ type manageArgs struct {
 }
 
 func (d *Daemon) termOp(c *client, req wire.Request) {
-	a, err := decode[termArgs](req.Args)
+	a, err := wire.Decode[termArgs](req.Args)
 	if err != nil {
 		_ = c.reply(nil, err)
 		return
@@ -167,7 +152,7 @@ func (d *Daemon) instName(id string) string {
 }
 
 func (d *Daemon) manageOp(c *client, req wire.Request) {
-	a, err := decode[manageArgs](req.Args)
+	a, err := wire.Decode[manageArgs](req.Args)
 	if err != nil {
 		_ = c.reply(nil, err)
 		return

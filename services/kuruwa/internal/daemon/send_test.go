@@ -56,6 +56,14 @@ func readLog(t *testing.T, path string) []read {
 	}
 }
 
+func joined(reads []read) string {
+	var b strings.Builder
+	for _, r := range reads {
+		b.WriteString(r.data)
+	}
+	return b.String()
+}
+
 // Multi-line text to a program that asked for bracketed paste goes as one paste; Enter follows
 // as its own write after the settle delay, never inside the paste.
 func TestSendPastesThenSendsEnterAfterSettle(t *testing.T) {
@@ -66,12 +74,8 @@ func TestSendPastesThenSendsEnterAfterSettle(t *testing.T) {
 	f.waitScreen(f.mgmt(), "tui", "READY")
 	f.must(f.mgmt(), "send", "tui", "line one\nline two", "--key", "Enter", "--settle", "300ms")
 	reads := readLog(t, log)
-	var all strings.Builder
-	for _, r := range reads {
-		all.WriteString(r.data)
-	}
-	if want := "\x1b[200~line one\nline two\x1b[201~\r"; all.String() != want {
-		t.Fatalf("program read %q, want %q", all.String(), want)
+	if want := "\x1b[200~line one\nline two\x1b[201~\r"; joined(reads) != want {
+		t.Fatalf("program read %q, want %q", joined(reads), want)
 	}
 	last := reads[len(reads)-1]
 	if last.data != "\r" || len(reads) < 2 {
@@ -90,11 +94,7 @@ func TestSendTypesPlainTextWithoutBracketedPaste(t *testing.T) {
 	f.must(f.mgmt(), "start", "plain", "--instance", "host", "--", py, "-c", inputLogger, log, "plain")
 	f.waitScreen(f.mgmt(), "plain", "READY")
 	f.must(f.mgmt(), "send", "plain", "a\nb", "--enter", "--settle", "0")
-	var all strings.Builder
-	for _, r := range readLog(t, log) {
-		all.WriteString(r.data)
-	}
-	if all.String() != "a\nb\r" {
-		t.Fatalf("program read %q, want %q", all.String(), "a\nb\r")
+	if got := joined(readLog(t, log)); got != "a\nb\r" {
+		t.Fatalf("program read %q, want %q", got, "a\nb\r")
 	}
 }

@@ -10,7 +10,7 @@ import (
 // the client and the instance daemon, re-checking the grant whenever a revocation happened since
 // the last frame. A revocation also closes the client connection itself, which ends the relay.
 func (d *Daemon) streamOp(c *client, req wire.Request) bool {
-	a, err := decode[wire.TailArgs](req.Args)
+	a, err := wire.Decode[wire.TailArgs](req.Args)
 	if err != nil {
 		_ = c.reply(nil, err)
 		return false

@@ -1,6 +1,7 @@
 package instance
 
 import (
+	"encoding/json"
 	"fmt"
 	"io"
 	"strings"
@@ -27,103 +28,78 @@ func (s *Server) dispatch(c *wire.Conn, req wire.Request) bool {
 		_ = c.Reply(struct{}{}, nil)
 		s.once.Do(func() { close(s.stop) })
 	case "start":
-		a, err := decode[wire.StartArgs](req.Args)
-		if err != nil {
-			_ = c.Reply(nil, err)
-			break
-		}
-		_ = c.Reply(s.start(a))
+		reply(c, req.Args, s.start)
 	case "ls":
 		_ = c.Reply(s.list(), nil)
 	case "status":
-		s.withTerm(c, req, func(id string, e *entry) (any, error) { return s.info(id, e), nil })
+		reply(c, req.Args, func(a wire.TermArgs) (any, error) {
+			e, err := s.lookup(a.ID)
+			if err != nil {
+				return nil, err
+			}
+			return s.info(a.ID, e), nil
+		})
 	case "screen":
-		a, err := decode[wire.ScreenArgs](req.Args)
-		if err != nil {
-			_ = c.Reply(nil, err)
-			break
-		}
-		e, err := s.lookup(a.ID)
-		if err != nil {
-			_ = c.Reply(nil, err)
-			break
-		}
-		res := wire.ScreenResult{Snapshot: e.t.Screen().Snapshot()}
-		if a.Scrollback {
-			res.History = e.t.Screen().Scrollback()
-		}
-		_ = c.Reply(res, nil)
+		reply(c, req.Args, s.screen)
 	case "send":
-		a, err := decode[wire.SendArgs](req.Args)
-		if err != nil {
-			_ = c.Reply(nil, err)
-			break
-		}
-		_ = c.Reply(struct{}{}, s.send(a))
+		reply(c, req.Args, empty(s.send))
 	case "resize":
-		a, err := decode[wire.ResizeArgs](req.Args)
-		if err != nil {
-			_ = c.Reply(nil, err)
-			break
-		}
-		_ = c.Reply(struct{}{}, s.resize(a))
+		reply(c, req.Args, empty(s.resize))
 	case "signal":
-		a, err := decode[wire.SignalArgs](req.Args)
-		if err != nil {
-			_ = c.Reply(nil, err)
-			break
-		}
-		_ = c.Reply(struct{}{}, s.signal(a))
+		reply(c, req.Args, empty(s.signal))
 	case "clean":
-		a, err := decode[wire.CleanArgs](req.Args)
+		reply(c, req.Args, empty(s.clean))
+	case "tail", "attach", "transcript":
+		a, err := wire.Decode[wire.TailArgs](req.Args)
+		var e *entry
+		if err == nil {
+			e, err = s.lookup(a.ID)
+		}
 		if err != nil {
 			_ = c.Reply(nil, err)
-			break
+			return false
 		}
-		_ = c.Reply(struct{}{}, s.clean(a))
-	case "tail", "attach":
-		a, err := decode[wire.TailArgs](req.Args)
-		if err != nil {
-			_ = c.Reply(nil, err)
-			break
-		}
-		e, err := s.lookup(a.ID)
-		if err != nil {
-			_ = c.Reply(nil, err)
-			break
-		}
-		if req.Op == "attach" {
+		switch req.Op {
+		case "attach":
 			s.attach(c, e.t)
-		} else {
+		case "transcript":
+			return s.transcript(c, a)
+		default:
 			_ = c.Reply(struct{}{}, nil)
 			follow(c, e.t, a.From, a.Follow)
 		}
 		return true
-	case "transcript":
-		a, err := decode[wire.TailArgs](req.Args)
-		if err != nil {
-			_ = c.Reply(nil, err)
-			break
-		}
-		return s.transcript(c, a)
 	default:
 		_ = c.Reply(nil, wire.Errorf(wire.CodeBadRequest, "op", "%v %q", errUnknownOp, req.Op))
 	}
 	return false
 }
 
-func (s *Server) withTerm(c *wire.Conn, req wire.Request, f func(string, *entry) (any, error)) {
-	a, err := decode[wire.TermArgs](req.Args)
+// reply decodes the arguments, runs f and sends its result or error.
+func reply[T, R any](c *wire.Conn, raw json.RawMessage, f func(T) (R, error)) {
+	a, err := wire.Decode[T](raw)
 	if err != nil {
 		_ = c.Reply(nil, err)
 		return
 	}
+	_ = c.Reply(f(a))
+}
+
+// empty adapts an operation with no result to reply.
+func empty[T any](f func(T) error) func(T) (struct{}, error) {
+	return func(a T) (struct{}, error) { return struct{}{}, f(a) }
+}
+
+func (s *Server) screen(a wire.ScreenArgs) (wire.ScreenResult, error) {
 	e, err := s.lookup(a.ID)
 	if err != nil {
-		_ = c.Reply(nil, err)
-		return
+		return wire.ScreenResult{}, err
 	}
-	_ = c.Reply(f(a.ID, e))
+	res := wire.ScreenResult{Snapshot: e.t.Screen().Snapshot()}
+	if a.Scrollback {
+		res.History = e.t.Screen().Scrollback()
+	}
+	return res, nil
 }
 
 // send writes Text, as one bracketed paste when it spans lines and the program asked for
@@ -268,10 +244,6 @@ func render(s term.Snapshot) string {
 }
 
 func (s *Server) transcript(c *wire.Conn, a wire.TailArgs) bool {
-	if _, err := s.lookup(a.ID); err != nil {
-		_ = c.Reply(nil, err)
-		return false
-	}
 	fd, err := unix.Openat(int(s.state.Fd()), a.ID+".transcript", unix.O_RDONLY|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0)
 	if err != nil {
 		_ = c.Reply(nil, wire.Errorf(wire.CodeInternal, "", "open transcript: %v", err))

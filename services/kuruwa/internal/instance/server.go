@@ -2,7 +2,6 @@ package instance
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"net"
 	"os"
@@ -195,19 +194,6 @@ func (s *Server) clean(a wire.CleanArgs) error {
 	s.mu.Unlock()
 	_ = unix.Unlinkat(int(s.state.Fd()), a.ID+".transcript", 0)
 	return nil
-}
-
-func decode[T any](raw json.RawMessage) (T, error) {
-	var v T
-	if len(raw) == 0 {
-		return v, nil
-	}
-	dec := json.NewDecoder(strings.NewReader(string(raw)))
-	dec.DisallowUnknownFields()
-	if err := dec.Decode(&v); err != nil {
-		return v, wire.Errorf(wire.CodeBadRequest, "args", "%v", err)
-	}
-	return v, nil
 }
 
 var errUnknownOp = errors.New("unknown operation")

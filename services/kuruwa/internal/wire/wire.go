@@ -6,6 +6,7 @@ package wire
 
 import (
 	"bufio"
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -160,4 +161,19 @@ func (c *Conn) Reply(result any, err error) error {
 		return c.Send(Response{Error: &Error{Code: CodeInternal, Message: merr.Error()}})
 	}
 	return c.Send(Response{Result: b})
+}
+
+// Decode decodes a request's arguments, refusing unknown fields so a misspelt argument is an
+// error rather than silently ignored.
+func Decode[T any](raw json.RawMessage) (T, error) {
+	var v T
+	if len(raw) == 0 {
+		return v, nil
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&v); err != nil {
+		return v, Errorf(CodeBadRequest, "args", "%v", err)
+	}
+	return v, nil
 }
