@@ -1,7 +1,7 @@
 // Package cli is the kuruwa command: the verbs agents and people use (start, run, resume,
 // status, ls, send, screen, tail, transcript, cancel, clean, gc, attach, skill), the host's
-// management verbs (instance, tenant, grant, revoke), and the two daemons (daemon, and the
-// internal instance-daemon). Every verb that talks to a daemon connects to exactly the entry it
+// management verbs (instance, tenant, grant, revoke), and daemon, which hands over to kuruwad.
+// It links neither the daemons nor the emulator, so that each call starts fast. Every verb that talks to a daemon connects to exactly the entry it
 // was given — by --entry or KURUWA_ENTRY — and fails if that entry does not answer: it never
 // falls back to another entry and never starts a daemon.
 package cli

@@ -23,24 +23,24 @@ import (
 	"github.com/allox-os/allox/services/kuruwa/internal/wire"
 )
 
-// kuruwaBin is the kuruwa program built once for the package: the daemons run it as the
-// instance daemon, as they do in production.
-var kuruwaBin string
+// kuruwaBin (the CLI) and kuruwadBin (the daemons) are built once for the package: the main
+// daemon runs kuruwad as the instance daemon, as it does in production.
+var kuruwaBin, kuruwadBin string
 
 func TestMain(m *testing.M) {
 	dir, err := os.MkdirTemp("", "kwbin")
 	if err != nil {
 		panic(err)
 	}
-	kuruwaBin = filepath.Join(dir, "kuruwa")
-	// Static, as the appliance ships it: no dynamic loader on every CLI call.
-	// KURUWA_TEST_RACE=1 builds it with the race detector, so the instance daemons are checked too.
-	args := []string{"build", "-o", kuruwaBin}
+	kuruwaBin, kuruwadBin = filepath.Join(dir, "kuruwa"), filepath.Join(dir, "kuruwad")
+	// Static, as the appliance ships them: no dynamic loader on every CLI call.
+	// KURUWA_TEST_RACE=1 builds them with the race detector, so the instance daemons are checked too.
+	args := []string{"build", "-o", dir + "/"}
 	cgo := "CGO_ENABLED=0"
 	if os.Getenv("KURUWA_TEST_RACE") == "1" {
 		args, cgo = append(args, "-race"), "CGO_ENABLED=1"
 	}
-	build := exec.Command("go", append(args, "github.com/allox-os/allox/services/kuruwa")...)
+	build := exec.Command("go", append(args, "github.com/allox-os/allox/services/kuruwa", "github.com/allox-os/allox/services/kuruwa/cmd/kuruwad")...)
 	build.Env = append(os.Environ(), cgo)
 	out, err := build.CombinedOutput()
 	if err != nil {
@@ -73,12 +73,12 @@ func newDaemon(t *testing.T, hcl string) *fixture {
 
 func startIn(t *testing.T, dir, hcl string) *fixture {
 	t.Helper()
-	cfg, diags := config.Parse([]byte(hcl), "test.hcl", config.Vars{RuntimeDir: dir, Kuruwa: kuruwaBin})
+	cfg, diags := config.Parse([]byte(hcl), "test.hcl", config.Vars{RuntimeDir: dir, Kuruwa: kuruwadBin})
 	if diags.HasErrors() {
 		t.Fatalf("config: %v", diags)
 	}
 	var logs bytes.Buffer
-	d, err := daemon.New(cfg, dir, kuruwaBin, slog.New(slog.NewTextHandler(&logs, nil)))
+	d, err := daemon.New(cfg, dir, kuruwadBin, slog.New(slog.NewTextHandler(&logs, nil)))
 	if err != nil {
 		t.Fatal(err)
 	}

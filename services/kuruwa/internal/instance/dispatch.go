@@ -95,7 +95,7 @@ func (s *Server) screen(a wire.ScreenArgs) (wire.ScreenResult, error) {
 	if err != nil {
 		return wire.ScreenResult{}, err
 	}
-	res := wire.ScreenResult{Snapshot: e.t.Screen().Snapshot()}
+	res := wire.ScreenResult{Snapshot: wire.Snapshot(e.t.Screen().Snapshot())}
 	if a.Scrollback {
 		res.History = e.t.Screen().Scrollback()
 	}

@@ -163,7 +163,7 @@ func (s *Server) start(a wire.StartArgs) (wire.TermInfo, error) {
 }
 
 func (s *Server) info(id string, e *entry) wire.TermInfo {
-	return wire.TermInfo{Name: e.name, ID: id, Instance: s.ID, Status: e.t.Status()}
+	return wire.TermInfo{Name: e.name, ID: id, Instance: s.ID, Status: wire.Status(e.t.Status())}
 }
 
 func (s *Server) list() []wire.TermInfo {

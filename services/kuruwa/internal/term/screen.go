@@ -22,14 +22,12 @@ type Screen struct {
 
 // Snapshot is the viewport as text with the cursor and the alternate-screen flag.
 type Snapshot struct {
-	Lines     []string `json:"lines"`
-	CursorRow int      `json:"cursor_row"`
-	CursorCol int      `json:"cursor_col"`
-	Alt       bool     `json:"alt"`
-	Cols      int      `json:"cols"`
-	Rows      int      `json:"rows"`
+	Lines                []string
+	CursorRow, CursorCol int
+	Alt                  bool
+	Cols, Rows           int
 	// Bracketed reports whether the program enabled bracketed paste (mode 2004).
-	Bracketed bool `json:"bracketed_paste"`
+	Bracketed bool
 }
 
 // NewScreen returns an emulator of cols×rows keeping scrollback lines of history; replies to the

@@ -29,11 +29,11 @@ type Spec struct {
 
 // Status is a terminal's state as the CLI reports it.
 type Status struct {
-	Running  bool   `json:"running"`
-	PID      int    `json:"pid"`
-	ExitCode int    `json:"exit_code"`
-	Signal   string `json:"signal,omitempty"`
-	Offset   uint64 `json:"offset"`
+	Running  bool
+	PID      int
+	ExitCode int
+	Signal   string
+	Offset   uint64
 }
 
 // Terminal is a running or exited program on a PTY.

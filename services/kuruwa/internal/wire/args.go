@@ -1,7 +1,5 @@
 package wire
 
-import "github.com/allox-os/allox/services/kuruwa/internal/term"
-
 // Arguments and results of the operations. The main daemon addresses terminals by name; the
 // instance daemons by the terminal id the main daemon assigned.
 
@@ -71,10 +69,31 @@ type ScreenArgs struct {
 	Scrollback bool   `json:"scrollback,omitempty"`
 }
 
+// Snapshot is a terminal's viewport as text, with the cursor, the alternate-screen flag and
+// whether the program enabled bracketed paste.
+type Snapshot struct {
+	Lines     []string `json:"lines"`
+	CursorRow int      `json:"cursor_row"`
+	CursorCol int      `json:"cursor_col"`
+	Alt       bool     `json:"alt"`
+	Cols      int      `json:"cols"`
+	Rows      int      `json:"rows"`
+	Bracketed bool     `json:"bracketed_paste"`
+}
+
 // ScreenResult is a screen.
 type ScreenResult struct {
-	term.Snapshot
+	Snapshot
 	History []string `json:"history,omitempty"`
+}
+
+// Status is whether a terminal's program runs, and its exit status once it exited.
+type Status struct {
+	Running  bool   `json:"running"`
+	PID      int    `json:"pid"`
+	ExitCode int    `json:"exit_code"`
+	Signal   string `json:"signal,omitempty"`
+	Offset   uint64 `json:"offset"`
 }
 
 // TermInfo describes a terminal.
@@ -82,7 +101,7 @@ type TermInfo struct {
 	Name     string `json:"name"`
 	ID       string `json:"id"`
 	Instance string `json:"instance"`
-	term.Status
+	Status
 	Gone bool `json:"gone,omitempty"`
 }
 
