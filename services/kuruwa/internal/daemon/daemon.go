@@ -174,7 +174,9 @@ func (d *Daemon) shutdown() {
 	d.closing = true
 	var insts []*instance
 	for _, in := range d.instances {
-		insts = append(insts, in)
+		if !in.launching { // a launching instance is destroyed by its launch (createInstance)
+			insts = append(insts, in)
+		}
 	}
 	for _, t := range d.tenants {
 		if t.ln != nil {

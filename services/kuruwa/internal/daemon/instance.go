@@ -26,6 +26,7 @@ type instance struct {
 	cmd                  *exec.Cmd
 	exited               chan struct{}
 	valid                bool // false for good once its daemon exited
+	launching            bool // reserved while its init runs; no request sees it until ready
 	destroying           bool
 	cleaned              bool
 }
@@ -52,7 +53,7 @@ func (d *Daemon) createInstance(t *tenant, defName, name string) (*instance, err
 		d.mu.Unlock()
 		return nil, wire.Errorf(wire.CodeConflict, "name", "an instance named %q exists; choose another name or clean it", name)
 	}
-	in := &instance{id: d.nextID("i"), name: name, def: defName, owner: t.name, exited: make(chan struct{})}
+	in := &instance{id: d.nextID("i"), name: name, def: defName, owner: t.name, exited: make(chan struct{}), launching: true}
 	in.sock = filepath.Join(d.dir, "inst", in.id, "sock")
 	in.state = filepath.Join(d.dir, "state", in.id)
 	d.instances[in.id] = in // reserved, not valid: no request reaches it yet
@@ -66,9 +67,14 @@ func (d *Daemon) createInstance(t *tenant, defName, name string) (*instance, err
 		return nil, err
 	}
 	d.mu.Lock()
-	in.valid = true
+	in.valid, in.launching = true, false
+	closing := d.closing
 	d.mu.Unlock()
 	go d.watch(in)
+	if closing { // shutdown began while the init ran: it skipped this instance
+		d.destroy(in)
+		return nil, wire.Errorf(wire.CodeGone, "instance", "the daemon is shutting down")
+	}
 	d.log.Info("instance ready", "instance", in.id, "name", in.name, "definition", defName, "owner", t.name)
 	return in, nil
 }

@@ -27,7 +27,7 @@ func (d *Daemon) ls(c *client) wire.LsResult {
 	instNames := map[string]string{}
 	for _, in := range d.instances {
 		instNames[in.id] = in.name
-		if !d.visibleInstance(c.tenant, in) || in.cmd == nil {
+		if !d.visibleInstance(c.tenant, in) || in.launching {
 			continue
 		}
 		info := wire.InstanceInfo{Name: in.name, ID: in.id, Definition: in.def, Owner: in.owner, Valid: in.valid}
@@ -74,7 +74,7 @@ func (d *Daemon) start(c *client, a wire.StartArgs) (wire.TermInfo, error) {
 	}
 	d.mu.Lock()
 	in := d.instanceByName(a.Instance)
-	if in == nil || in.cmd == nil {
+	if in == nil || in.launching {
 		d.mu.Unlock()
 		return wire.TermInfo{}, d.noInstance(c.tenant, a.Instance)
 	}
@@ -160,7 +160,7 @@ func (d *Daemon) gc(c *client) []string {
 	d.mu.Lock()
 	var dead []*instance
 	for _, in := range d.instances {
-		if _, err := d.canManage(c.tenant, in); err == nil && !in.valid && in.cmd != nil && !in.destroying {
+		if _, err := d.canManage(c.tenant, in); err == nil && !in.valid && !in.launching && !in.destroying {
 			dead = append(dead, in)
 		}
 	}

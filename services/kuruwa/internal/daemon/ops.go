@@ -222,7 +222,7 @@ func (d *Daemon) forgetTerm(ref termRef) {
 func (d *Daemon) cleanInstance(c *client, a wire.CleanArgs) error {
 	d.mu.Lock()
 	in := d.instanceByName(a.Instance)
-	if in == nil {
+	if in == nil || in.launching {
 		d.mu.Unlock()
 		return d.noInstance(c.tenant, a.Instance)
 	}
