@@ -133,7 +133,7 @@ func TestSixteenConcurrentClients(t *testing.T) {
 // output keeps flowing into the screen and the program finishes.
 func TestStalledReaderNeverBlocksTheTerminal(t *testing.T) {
 	f := newDaemon(t, boxConfig)
-	f.must(f.mgmt(), "start", "flood", "--instance", "host", "--", "sh", "-c", "sleep 0.3; head -c 2000000 /dev/zero | tr '\\0' x; echo; echo flood-done")
+	f.must(f.mgmt(), "start", "flood", "--instance", "host", "--", "sh", "-c", "sleep 0.3; head -c 1200000 /dev/zero | tr '\\0' x; echo; echo flood-done")
 	stalled := f.dial(f.mgmt())
 	openStream(t, stalled, "tail", "flood") // and never read from it again
 	f.waitExit(f.mgmt(), "flood")

@@ -40,7 +40,7 @@ func (c *client) close() { c.once.Do(func() { _ = c.conn.Close() }) }
 func (c *client) revoked(key string) {
 	if c.sendMu.TryLock() {
 		_ = c.conn.SetWriteDeadline(time.Now().Add(20 * time.Millisecond))
-		_ = c.conn.Send(wire.Frame{Error: wire.Errorf(wire.CodeRevoked, "", "grant %s was revoked; this connection is closed", key)})
+		_ = c.conn.Send(wire.Frame{Error: wire.Errorf(wire.CodeRevoked, "", "the grant %s was revoked; this connection is closed", key)})
 		c.sendMu.Unlock()
 	}
 	c.close()

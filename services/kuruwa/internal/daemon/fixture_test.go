@@ -157,7 +157,7 @@ func (f *fixture) waitScreen(entryPath, name, want string) string {
 // waitExit polls until the terminal exited and returns its status line.
 func (f *fixture) waitExit(entryPath, name string) string {
 	f.t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(30 * time.Second)
 	for time.Now().Before(deadline) {
 		out, err := f.kw(entryPath, "status", name)
 		if err == nil && strings.Contains(out, "exited(") {

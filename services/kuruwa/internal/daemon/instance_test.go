@@ -166,6 +166,16 @@ func TestInstanceDaemonExitInvalidatesForGood(t *testing.T) {
 	}
 	_, err := f.kw(f.entry("agent"), "start", "again", "--instance", "p", "--", "true")
 	wantCode(t, err, wire.CodeGone)
+	// The creator removes the socket it bound; nothing rebinds it.
+	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		ents, _ := os.ReadDir(filepath.Join(f.dir, "inst"))
+		if len(ents) == 1 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("socket directories after the instance daemon died: %v (want only the host's)", ents)
+		}
+	}
 	_, err = f.kw(f.entry("agent"), "screen", "victim")
 	wantCode(t, err, wire.CodeGone)
 	if out := f.must(f.entry("agent"), "gc"); !strings.Contains(out, "instance p") || !strings.Contains(out, "victim") {

@@ -64,14 +64,21 @@ func joined(reads []read) string {
 	return b.String()
 }
 
-// Multi-line text to a program that asked for bracketed paste goes as one paste; Enter follows
-// as its own write after the settle delay, never inside the paste.
-func TestSendPastesThenSendsEnterAfterSettle(t *testing.T) {
+// startLogger runs inputLogger as terminal name in the host instance and returns where it logs.
+func startLogger(t *testing.T, name, mode string) (*fixture, string) {
+	t.Helper()
 	py := testenv.Tool(t, "python3", "apt-get install python3 (ci/deps.sh)")
 	f := newDaemon(t, boxConfig)
 	log := filepath.Join(f.dir, "input.log")
-	f.must(f.mgmt(), "start", "tui", "--instance", "host", "--", py, "-c", inputLogger, log, "bracketed")
-	f.waitScreen(f.mgmt(), "tui", "READY")
+	f.must(f.mgmt(), "start", name, "--instance", "host", "--", py, "-c", inputLogger, log, mode)
+	f.waitScreen(f.mgmt(), name, "READY")
+	return f, log
+}
+
+// Multi-line text to a program that asked for bracketed paste goes as one paste; Enter follows
+// as its own write after the settle delay, never inside the paste.
+func TestSendPastesThenSendsEnterAfterSettle(t *testing.T) {
+	f, log := startLogger(t, "tui", "bracketed")
 	f.must(f.mgmt(), "send", "tui", "line one\nline two", "--key", "Enter", "--settle", "300ms")
 	reads := readLog(t, log)
 	if want := "\x1b[200~line one\nline two\x1b[201~\r"; joined(reads) != want {
@@ -88,11 +95,7 @@ func TestSendPastesThenSendsEnterAfterSettle(t *testing.T) {
 
 // A program that never asked for bracketed paste gets the text as typed.
 func TestSendTypesPlainTextWithoutBracketedPaste(t *testing.T) {
-	py := testenv.Tool(t, "python3", "apt-get install python3 (ci/deps.sh)")
-	f := newDaemon(t, boxConfig)
-	log := filepath.Join(f.dir, "input.log")
-	f.must(f.mgmt(), "start", "plain", "--instance", "host", "--", py, "-c", inputLogger, log, "plain")
-	f.waitScreen(f.mgmt(), "plain", "READY")
+	f, log := startLogger(t, "plain", "plain")
 	f.must(f.mgmt(), "send", "plain", "a\nb", "--enter", "--settle", "0")
 	if got := joined(readLog(t, log)); got != "a\nb\r" {
 		t.Fatalf("program read %q, want %q", got, "a\nb\r")

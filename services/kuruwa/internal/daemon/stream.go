@@ -96,7 +96,7 @@ func (d *Daemon) streamOp(c *client, req wire.Request) bool {
 			return true
 		}
 		if !allowed() {
-			c.revoked("stream")
+			c.revoked("behind this " + req.Op)
 			return true
 		}
 		if err := c.send(f); err != nil || f.End || f.Error != nil {

@@ -173,6 +173,10 @@ func (t *Terminal) write(p []byte) (int, error) {
 	return n, nil
 }
 
+// drainGrace is how long output still buffered in the PTY may take to arrive after the program
+// exited before its output is declared complete (background children can hold the PTY open).
+const drainGrace = 200 * time.Millisecond
+
 // ErrExited is returned for input to a terminal whose program has exited.
 var ErrExited = errors.New("the terminal's program has exited")
 
