@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/allox-os/allox/services/kuruwa/internal/wire"
 )
@@ -163,4 +164,43 @@ func TestConnectionsRecordPeerCredentials(t *testing.T) {
 		t.Fatalf("agent's connections %+v do not include this process", tn.Connections)
 	}
 	t.Fatal("no tenant agent")
+}
+
+// Reading output in pieces, each resuming at the offset the last one ended at, yields exactly
+// the transcript: no gap, no duplicate.
+func TestTailResumeMatchesTranscript(t *testing.T) {
+	f := newDaemon(t, boxConfig)
+	f.must(f.mgmt(), "start", "count", "--instance", "host", "--", "sh", "-c", `i=0; while [ $i -lt 300 ]; do echo "n $i"; i=$((i+1)); [ $((i % 50)) = 0 ] && sleep 0.05; done`)
+	var got []byte
+	var from uint64
+	for done := false; !done; {
+		conn := f.dial(f.mgmt())
+		if err := conn.Call("tail", wire.TailArgs{Name: "count", From: from}, nil); err != nil {
+			t.Fatal(err)
+		}
+		for {
+			var fr wire.Frame
+			if err := conn.Recv(&fr); err != nil {
+				t.Fatal(err)
+			}
+			if fr.Error != nil {
+				t.Fatal(fr.Error)
+			}
+			if len(fr.Output) > 0 && fr.Seq != from {
+				t.Fatalf("frame at offset %d, expected %d", fr.Seq, from)
+			}
+			got = append(got, fr.Output...)
+			from += uint64(len(fr.Output))
+			if fr.End {
+				done = fr.Exit != nil
+				break
+			}
+		}
+		conn.Close()
+		time.Sleep(5 * time.Millisecond)
+	}
+	want := f.must(f.mgmt(), "transcript", "count")
+	if string(got) != want || !strings.Contains(want, "n 299") {
+		t.Fatalf("resumed tail (%d bytes) differs from the transcript (%d bytes)", len(got), len(want))
+	}
 }
