@@ -61,7 +61,8 @@ func BenchmarkKuruwaVersusTmux(b *testing.B) {
 		tmux   func(i int) error
 		rpc    func(c *wire.Conn) error // the same operation without the CLI process
 	}
-	// create makes terminals and sessions that terminate removes again.
+	// create makes terminals and sessions that terminate removes again; it runs after the others so
+	// that ls lists the one terminal (and session) the others use.
 	var made, made2 []string
 	seq := 0
 	fresh := func() string { seq++; return fmt.Sprintf("b%d", seq) }
@@ -71,6 +72,17 @@ func BenchmarkKuruwaVersusTmux(b *testing.B) {
 		return wire.NewConn(uc)
 	}
 	ops := []op{
+		{"ls", func(int) error { return kw("ls") }, func(int) error { return tm("list-sessions") },
+			func(c *wire.Conn) error { return c.Call("ls", nil, nil) }},
+		{"send", func(int) error { return kw("send", "main", "hello") }, func(int) error { return tm("send-keys", "-t", "main", "-l", "hello") },
+			func(c *wire.Conn) error { return c.Call("send", wire.SendArgs{Name: "main", Text: "hello"}, nil) }},
+		{"screen", func(int) error { return kw("screen", "main") }, func(int) error { return tm("capture-pane", "-p", "-t", "main") },
+			func(c *wire.Conn) error { return c.Call("screen", wire.ScreenArgs{Name: "main"}, nil) }},
+		{"scrollback", func(int) error { return kw("screen", "main", "--scrollback") },
+			func(int) error { return tm("capture-pane", "-p", "-S", "-", "-t", "main") },
+			func(c *wire.Conn) error {
+				return c.Call("screen", wire.ScreenArgs{Name: "main", Scrollback: true}, nil)
+			}},
 		{"create", func(int) error {
 			n := fresh()
 			made = append(made, n)
@@ -85,17 +97,6 @@ func BenchmarkKuruwaVersusTmux(b *testing.B) {
 				n := fresh()
 				made = append(made, n)
 				return c.Call("start", wire.StartArgs{Name: n, Instance: "host", Argv: []string{"cat"}}, nil)
-			}},
-		{"ls", func(int) error { return kw("ls") }, func(int) error { return tm("list-sessions") },
-			func(c *wire.Conn) error { return c.Call("ls", nil, nil) }},
-		{"send", func(int) error { return kw("send", "main", "hello") }, func(int) error { return tm("send-keys", "-t", "main", "-l", "hello") },
-			func(c *wire.Conn) error { return c.Call("send", wire.SendArgs{Name: "main", Text: "hello"}, nil) }},
-		{"screen", func(int) error { return kw("screen", "main") }, func(int) error { return tm("capture-pane", "-p", "-t", "main") },
-			func(c *wire.Conn) error { return c.Call("screen", wire.ScreenArgs{Name: "main"}, nil) }},
-		{"scrollback", func(int) error { return kw("screen", "main", "--scrollback") },
-			func(int) error { return tm("capture-pane", "-p", "-S", "-", "-t", "main") },
-			func(c *wire.Conn) error {
-				return c.Call("screen", wire.ScreenArgs{Name: "main", Scrollback: true}, nil)
 			}},
 		{"terminate", func(int) error { return kw("clean", pop(&made, kw), "--force") },
 			func(int) error { return tm("kill-session", "-t", pop(&made2, nil)) },

@@ -1,6 +1,7 @@
 package daemon
 
 import (
+	"encoding/json"
 	"net"
 	"time"
 
@@ -131,7 +132,8 @@ func (d *Daemon) termOp(c *client, req wire.Request) {
 		info.Name, info.Instance = tg.ref.name, d.instName(tg.ref.inst)
 		_ = c.reply(info, err)
 	case "screen":
-		var res wire.ScreenResult
+		// Relayed as the instance daemon encoded it: a full scrollback is large.
+		var res json.RawMessage
 		err = call(tg.sock, "screen", wire.ScreenArgs{ID: id, Scrollback: a.Scrollback}, &res)
 		_ = c.reply(res, err)
 	case "send":
