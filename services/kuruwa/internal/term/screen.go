@@ -117,8 +117,20 @@ func (s *Screen) Scrollback() []string {
 	defer s.mu.Unlock()
 	var out []string
 	if sb := s.emu.Scrollback(); sb != nil {
+		var buf []byte
 		for _, l := range sb.Lines() {
-			out = append(out, strings.TrimRight(l.String(), " "))
+			buf = buf[:0]
+			for i := range l {
+				c := &l[i]
+				switch {
+				case c.Content == "" && c.Width == 0: // the second column of a wide character
+				case c.Content == "":
+					buf = append(buf, ' ')
+				default:
+					buf = append(buf, c.Content...)
+				}
+			}
+			out = append(out, strings.TrimRight(string(buf), " "))
 		}
 	}
 	for y := range s.emu.Height() {

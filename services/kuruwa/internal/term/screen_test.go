@@ -95,11 +95,45 @@ func TestScreenMatchesTmux(t *testing.T) {
 	}
 }
 
-func renderTmux(t *testing.T, tmux string, cols, rows int, before string, resize [2]int, after string) string {
+// TestScrollbackMatchesTmux compares the full history (tmux's capture-pane -S -) after streams
+// that scroll lines off the top, wide characters among them.
+func TestScrollbackMatchesTmux(t *testing.T) {
+	tmux := testenv.Tool(t, "tmux", "apt-get install tmux (ci/deps.sh)")
+	for name, stream := range map[string]string{
+		"numbered": lines(1, 40),
+		"wide":     "日本語の行\r\n" + lines(1, 8) + "\r\n終わり 世界",
+		"wrapped":  "abcdefghijklmnopqrstuvwxyz0123456789\r\n" + lines(1, 6),
+	} {
+		t.Run(name, func(t *testing.T) {
+			s := NewScreen(12, 4, 100, nil)
+			defer s.Close()
+			s.Write([]byte(stream))
+			got := strings.TrimRight(strings.Join(s.Scrollback(), "\n"), "\n")
+			want := strings.TrimRight(tmuxCapture(t, tmux, 12, 4, stream, "-S", "-"), "\n")
+			if diff := cmp.Diff(want, got); diff != "" {
+				t.Errorf("scrollback differs from tmux (-tmux +ours):\n%s", diff)
+			}
+		})
+	}
+}
+
+func tmuxCapture(t *testing.T, tmux string, cols, rows int, stream string, captureArgs ...string) string {
+	t.Helper()
+	tm := startTmux(t, tmux, cols, rows, map[string]string{"in": stream}, func(dir string, wait func(string) string) string {
+		return fmt.Sprintf("stty raw -echo; cat %s/in; %s; sleep 60", dir, wait("-S a"))
+	})
+	tm("wait-for", "a")
+	return trimLines(tm(append([]string{"capture-pane", "-p"}, captureArgs...)...))
+}
+
+// startTmux runs a private tmux server with one cols×rows window running the shell script that
+// script builds (from the directory holding files, and a wait-for command line), and returns a
+// function that runs tmux commands against it.
+func startTmux(t *testing.T, tmux string, cols, rows int, files map[string]string, script func(dir string, wait func(string) string) string) func(...string) string {
 	t.Helper()
 	dir := t.TempDir()
 	sock := filepath.Join(dir, "s")
-	for name, data := range map[string]string{"before": before, "after": after} {
+	for name, data := range files {
 		if err := os.WriteFile(filepath.Join(dir, name), []byte(data), 0o644); err != nil {
 			t.Fatal(err)
 		}
@@ -111,25 +145,35 @@ func renderTmux(t *testing.T, tmux string, cols, rows int, before string, resize
 		}
 		return string(out)
 	}
-	w := func(ch string) string { return fmt.Sprintf("%s -S %s wait-for %s", tmux, sock, ch) }
-	script := fmt.Sprintf("stty raw -echo; cat %s/before; %s; %s; cat %s/after; %s; sleep 60",
-		dir, w("-S a"), w("b"), dir, w("-S c"))
-	tm("new-session", "-d", "-x", fmt.Sprint(cols), "-y", fmt.Sprint(rows), script)
+	wait := func(ch string) string { return fmt.Sprintf("%s -S %s wait-for %s", tmux, sock, ch) }
+	tm("new-session", "-d", "-x", fmt.Sprint(cols), "-y", fmt.Sprint(rows), script(dir, wait))
 	t.Cleanup(func() { _ = exec.Command(tmux, "-S", sock, "kill-server").Run() })
 	tm("set-option", "-g", "status", "off")
 	tm("set-option", "-g", "window-size", "manual")
 	tm("resize-window", "-x", fmt.Sprint(cols), "-y", fmt.Sprint(rows))
+	return tm
+}
+
+func trimLines(s string) string {
+	ls := strings.Split(s, "\n")
+	for i := range ls {
+		ls[i] = strings.TrimRight(ls[i], " ")
+	}
+	return strings.Join(ls, "\n")
+}
+
+func renderTmux(t *testing.T, tmux string, cols, rows int, before string, resize [2]int, after string) string {
+	t.Helper()
+	tm := startTmux(t, tmux, cols, rows, map[string]string{"before": before, "after": after}, func(dir string, w func(string) string) string {
+		return fmt.Sprintf("stty raw -echo; cat %s/before; %s; %s; cat %s/after; %s; sleep 60", dir, w("-S a"), w("b"), dir, w("-S c"))
+	})
 	tm("wait-for", "a")
 	if resize != [2]int{} {
 		tm("resize-window", "-x", fmt.Sprint(resize[0]), "-y", fmt.Sprint(resize[1]))
 	}
 	tm("wait-for", "-S", "b")
 	tm("wait-for", "c")
-	view := strings.TrimSuffix(tm("capture-pane", "-p"), "\n")
+	view := strings.TrimSuffix(trimLines(tm("capture-pane", "-p")), "\n")
 	info := strings.Fields(tm("display-message", "-p", "#{cursor_y} #{cursor_x} #{alternate_on}"))
-	lines := strings.Split(view, "\n")
-	for i := range lines {
-		lines[i] = strings.TrimRight(lines[i], " ")
-	}
-	return fmt.Sprintf("cursor=%s,%s alt=%v\n%s\n", info[0], info[1], info[2] == "1", strings.Join(lines, "\n"))
+	return fmt.Sprintf("cursor=%s,%s alt=%v\n%s\n", info[0], info[1], info[2] == "1", view)
 }
