@@ -48,7 +48,8 @@ type Config struct {
 }
 
 // Vars are the values expressions may use: runtime_dir (the daemon's directory, to hide it from
-// terminals) and kuruwa (the path of this program).
+// terminals) and kuruwa (the path of kuruwad, the program that reads this file and runs the
+// instance daemons).
 type Vars struct {
 	RuntimeDir string
 	Kuruwa     string
