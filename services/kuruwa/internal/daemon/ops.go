@@ -18,14 +18,7 @@ func (d *Daemon) dispatch(c *client, req wire.Request) bool {
 	case "ls":
 		_ = c.reply(d.ls(c), nil)
 	case "start":
-		a, err := wire.Decode[wire.StartArgs](req.Args)
-		if err == nil {
-			var info wire.TermInfo
-			info, err = d.start(c, a)
-			_ = c.reply(info, err)
-			break
-		}
-		_ = c.reply(nil, err)
+		replyTo(c, req, d.start)
 	case "status", "screen", "send", "resize":
 		d.termOp(c, req)
 	case "cancel", "clean":
@@ -35,20 +28,23 @@ func (d *Daemon) dispatch(c *client, req wire.Request) bool {
 	case "gc":
 		_ = c.reply(d.gc(c), nil)
 	case "instance.start":
-		a, err := wire.Decode[wire.InstanceArgs](req.Args)
-		if err == nil {
-			var info wire.InstanceInfo
-			info, err = d.startInstance(c, a)
-			_ = c.reply(info, err)
-			break
-		}
-		_ = c.reply(nil, err)
+		replyTo(c, req, d.startInstance)
 	case "tenant.add", "tenant.rm", "tenants", "grant", "revoke":
 		_ = c.reply(d.hostOp(c, req))
 	default:
 		_ = c.reply(nil, wire.Errorf(wire.CodeBadRequest, "op", "unknown operation %q", req.Op))
 	}
 	return false
+}
+
+// replyTo decodes the request's arguments, runs f for the client and replies with its result.
+func replyTo[T, R any](c *client, req wire.Request, f func(*client, T) (R, error)) {
+	a, err := wire.Decode[T](req.Args)
+	if err != nil {
+		_ = c.reply(nil, err)
+		return
+	}
+	_ = c.reply(f(c, a))
 }
 
 // target is a terminal resolved for one request, with what the request may rely on copied out
