@@ -7,7 +7,7 @@ OUT ?= out
 export ALLOX_CACHE ?= /var/cache/allox
 TEST_TIMEOUT ?= 80m
 
-.PHONY: all deps image boot test bench unit generate check-generated clean repro-check repro-kernel kata-fragments
+.PHONY: all deps image boot test bench bench-kuruwa unit generate check-generated clean repro-check repro-kernel kata-fragments
 
 all: image
 
@@ -82,6 +82,11 @@ bench: image
 	$(GO) test -run '^$$' -bench Overhead -benchtime 10x ./services/internal/effects/lifecycle/
 	$(GO) test -run '^$$' -bench Overhead -benchtime 8x ./services/internal/effects/history/
 	$(GO) test -run '^$$' -bench SSH -benchtime 1x ./deploy/probe/internal/sshremote/
+	$(MAKE) bench-kuruwa
+
+# Kuruwa against Debian's tmux, CLI round trips, p50/p99 over 200 samples; needs no image.
+bench-kuruwa:
+	$(GO) test -run '^$$' -bench KuruwaVersusTmux -benchtime 200x ./services/kuruwa/internal/daemon/
 
 # Bit-for-bit reproducibility: build the default appliance twice, each with a fresh cache (a fresh
 # Debian userland; only the kernel is shared), and compare every artifact (mkimage diff names the first

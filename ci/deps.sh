@@ -23,6 +23,8 @@ packages=(
   python3
   # install.sh checks the signed attestation with openssl (the installer tests run it)
   openssl
+  # Kuruwa: the rendering oracle for its emulator and the baseline of its bench
+  tmux
 )
 
 missing=()

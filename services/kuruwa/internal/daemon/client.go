@@ -1,0 +1,93 @@
+package daemon
+
+import (
+	"net"
+	"sync"
+	"time"
+
+	"github.com/allox-os/allox/services/kuruwa/internal/entry"
+	"github.com/allox-os/allox/services/kuruwa/internal/wire"
+)
+
+// client is one connection on an entry. Its fields other than conn are guarded by d.mu.
+type client struct {
+	tenant *tenant
+	peer   entry.Peer
+	conn   *wire.Conn
+	sendMu sync.Mutex // one writer at a time: the handler or a revocation
+
+	relied  map[string]bool // grant keys any of its requests used
+	recheck func() error    // the check of the stream it runs, if any
+	once    sync.Once
+}
+
+func (c *client) send(v any) error {
+	c.sendMu.Lock()
+	defer c.sendMu.Unlock()
+	return c.conn.Send(v)
+}
+
+func (c *client) reply(result any, err error) error {
+	c.sendMu.Lock()
+	defer c.sendMu.Unlock()
+	return c.conn.Reply(result, err)
+}
+
+func (c *client) close() { c.once.Do(func() { _ = c.conn.Close() }) }
+
+// revoked closes the client's connection before returning. When no write is in flight it first
+// tells the client why, without waiting more than a moment on a client that does not read.
+func (c *client) revoked(key string) {
+	if c.sendMu.TryLock() {
+		_ = c.conn.SetWriteDeadline(time.Now().Add(20 * time.Millisecond))
+		_ = c.conn.Send(wire.Frame{Error: wire.Errorf(wire.CodeRevoked, "", "the grant %s was revoked; this connection is closed", key)})
+		c.sendMu.Unlock()
+	}
+	c.close()
+}
+
+func (d *Daemon) accept(t *tenant, ln net.Listener) {
+	for {
+		nc, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		uc := nc.(*net.UnixConn)
+		peer, err := entry.PeerOf(uc)
+		if err != nil {
+			_ = nc.Close()
+			continue
+		}
+		c := &client{tenant: t, peer: peer, conn: wire.NewConn(uc), relied: map[string]bool{}}
+		d.mu.Lock()
+		if d.closing {
+			d.mu.Unlock()
+			_ = nc.Close()
+			return
+		}
+		d.clients[c] = struct{}{}
+		d.mu.Unlock()
+		d.log.Debug("connected", "tenant", t.name, "pid", peer.PID, "uid", peer.UID, "gid", peer.GID)
+		d.wg.Add(1)
+		go func() {
+			defer d.wg.Done()
+			d.serve(c)
+			d.mu.Lock()
+			delete(d.clients, c)
+			d.mu.Unlock()
+			c.close()
+		}()
+	}
+}
+
+func (d *Daemon) serve(c *client) {
+	for {
+		var req wire.Request
+		if err := c.conn.Recv(&req); err != nil {
+			return
+		}
+		if stream := d.dispatch(c, req); stream {
+			return
+		}
+	}
+}

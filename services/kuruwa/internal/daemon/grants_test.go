@@ -1,0 +1,254 @@
+package daemon_test
+
+import (
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/allox-os/allox/services/kuruwa/internal/wire"
+)
+
+// Each test below is one attack by a restricted tenant; it fails if the attack works.
+
+func TestRestrictedTenantCannotCreateTenants(t *testing.T) {
+	f := newDaemon(t, boxConfig)
+	_, err := f.kw(f.entry("agent"), "tenant", "add", "sub")
+	wantCode(t, err, wire.CodeForbidden)
+	if out := f.must(f.mgmt(), "tenant", "ls"); strings.Contains(out, "sub") {
+		t.Fatalf("a tenant was created:\n%s", out)
+	}
+}
+
+func TestRestrictedTenantCannotDelegate(t *testing.T) {
+	f := newDaemon(t, boxConfig)
+	f.must(f.entry("agent"), "instance", "start", "plain", "--name", "p")
+	for _, args := range [][]string{
+		{"grant", "other", "--instance", "p"},
+		{"grant", "other", "--definition", "plain"},
+		{"revoke", "agent", "--definition", "plain"},
+	} {
+		_, err := f.kw(f.entry("agent"), args...)
+		wantCode(t, err, wire.CodeForbidden)
+	}
+	_, err := f.kw(f.entry("other"), "start", "x", "--instance", "p", "--", "true")
+	wantCode(t, err, wire.CodeNotFound)
+}
+
+func TestRestrictedTenantCannotUseUngrantedDefinition(t *testing.T) {
+	f := newDaemon(t, boxConfig)
+	_, err := f.kw(f.entry("other"), "instance", "start", "plain")
+	wantCode(t, err, wire.CodeForbidden)
+	_, err = f.kw(f.entry("agent"), "instance", "start", "host")
+	wantCode(t, err, wire.CodeForbidden)
+}
+
+func TestRestrictedTenantCannotReachTheHostInstance(t *testing.T) {
+	f := newDaemon(t, boxConfig)
+	f.must(f.mgmt(), "start", "hostsh", "--instance", "host", "--", "sleep", "30")
+	_, err := f.kw(f.entry("agent"), "start", "x", "--instance", "host", "--", "true")
+	wantCode(t, err, wire.CodeNotFound)
+	for _, verb := range []string{"screen", "status", "tail", "transcript", "cancel", "clean", "attach"} {
+		_, err := f.kw(f.entry("agent"), verb, "hostsh")
+		wantCode(t, err, wire.CodeNotFound)
+	}
+	_, err = f.kw(f.entry("agent"), "send", "hostsh", "rm -rf ~", "--key", "Enter")
+	wantCode(t, err, wire.CodeNotFound)
+	if out := f.must(f.entry("agent"), "ls", "--json"); strings.Contains(out, "hostsh") || strings.Contains(out, `"host"`) {
+		t.Fatalf("ls shows the host's objects to a restricted tenant:\n%s", out)
+	}
+}
+
+// A terminal grant gives read, input and resize on that terminal and nothing else: not its
+// siblings, not cancel or clean, not new terminals in its instance, not attach.
+func TestTerminalGrantAllowsOnlyAccess(t *testing.T) {
+	f := newDaemon(t, boxConfig)
+	f.must(f.mgmt(), "start", "given", "--instance", "host", "--", "sh")
+	f.must(f.mgmt(), "start", "sibling", "--instance", "host", "--", "sleep", "30")
+	f.must(f.mgmt(), "grant", "other", "--terminal", "given")
+	o := f.entry("other")
+	f.must(o, "send", "given", "echo granted-$((6*7))", "--key", "Enter", "--settle", "0")
+	f.waitScreen(o, "given", "granted-42")
+	f.must(o, "resize", "given", "100x30")
+	if out := f.must(o, "screen", "given"); !strings.Contains(out, "size=100x30") {
+		t.Fatalf("resize did not apply:\n%s", out)
+	}
+	f.must(o, "tail", "given")
+	f.must(o, "transcript", "given")
+	f.must(o, "status", "given")
+	for _, verb := range []string{"cancel", "clean", "attach"} {
+		_, err := f.kw(o, verb, "given")
+		wantCode(t, err, wire.CodeForbidden)
+	}
+	_, err := f.kw(o, "clean", "--instance", "host", "--force")
+	wantCode(t, err, wire.CodeForbidden)
+	_, err = f.kw(o, "start", "more", "--instance", "host", "--", "true")
+	wantCode(t, err, wire.CodeNotFound)
+	_, err = f.kw(o, "screen", "sibling")
+	wantCode(t, err, wire.CodeNotFound)
+	if out := f.must(o, "gc"); out != "" {
+		t.Fatalf("gc by a terminal-access tenant removed %q", out)
+	}
+	if st := f.must(f.mgmt(), "status", "given"); !strings.Contains(st, "running") {
+		t.Fatalf("terminal was affected: %s", st)
+	}
+}
+
+// A tenant that created an instance manages it; another tenant with control of it may create
+// terminals but not destroy it.
+func TestInstanceControlIsNotInstanceManagement(t *testing.T) {
+	f := newDaemon(t, boxConfig)
+	f.must(f.entry("agent"), "instance", "start", "plain", "--name", "p")
+	f.must(f.mgmt(), "grant", "other", "--instance", "p")
+	f.must(f.entry("other"), "start", "o1", "--instance", "p", "--", "sleep", "30")
+	f.must(f.entry("other"), "cancel", "o1")
+	_, err := f.kw(f.entry("other"), "clean", "--instance", "p", "--force")
+	wantCode(t, err, wire.CodeForbidden)
+	_, err = f.kw(f.entry("other"), "attach", "o1")
+	wantCode(t, err, wire.CodeForbidden)
+	f.waitExit(f.entry("other"), "o1")
+	_, err = f.kw(f.entry("agent"), "clean", "--instance", "p")
+	wantCode(t, err, wire.CodeConflict)
+	f.must(f.entry("agent"), "clean", "--instance", "p", "--force")
+	if out := f.must(f.mgmt(), "ls", "--instances"); strings.Contains(out, "p\t") {
+		t.Fatalf("instance survived a forced clean:\n%s", out)
+	}
+}
+
+func TestRevokedGrantRefusesLaterRequests(t *testing.T) {
+	f := newDaemon(t, boxConfig)
+	f.must(f.mgmt(), "start", "g", "--instance", "host", "--", "sh")
+	f.must(f.mgmt(), "grant", "other", "--terminal", "g")
+	conn := f.dial(f.entry("other"))
+	if err := conn.Call("screen", wire.ScreenArgs{Name: "g"}, nil); err != nil {
+		t.Fatal(err)
+	}
+	f.must(f.mgmt(), "revoke", "other", "--terminal", "g")
+	// The connection that relied on the grant is closed; a new one is refused.
+	if err := conn.Call("screen", wire.ScreenArgs{Name: "g"}, nil); err == nil {
+		t.Fatal("the connection that used the revoked grant still answers")
+	}
+	_, err := f.kw(f.entry("other"), "send", "g", "echo after-revoke", "--key", "Enter")
+	wantCode(t, err, wire.CodeNotFound)
+	if out := f.must(f.mgmt(), "status", "g"); !strings.Contains(out, "running") {
+		t.Fatalf("revocation ended the terminal: %s", out)
+	}
+}
+
+// openStream starts op (tail -f or attach) on conn and returns once the stream is live.
+func openStream(t *testing.T, conn *wire.Conn, op, name string) {
+	t.Helper()
+	if err := conn.Call(op, wire.TailArgs{Name: name, Follow: true}, nil); err != nil {
+		t.Fatalf("%s %s: %v", op, name, err)
+	}
+}
+
+// droppedWithin reads conn until it ends; it fails if the stream is still delivering output
+// after d (the terminal prints continuously, so a live stream always has output).
+func droppedWithin(t *testing.T, conn *wire.Conn, d time.Duration) {
+	t.Helper()
+	_ = conn.SetReadDeadline(time.Now().Add(d))
+	for {
+		var f wire.Frame
+		err := conn.Recv(&f)
+		if err != nil {
+			if ne, ok := err.(interface{ Timeout() bool }); ok && ne.Timeout() {
+				t.Fatalf("stream still open %v after the revocation", d)
+			}
+			return
+		}
+		if f.Error != nil {
+			if f.Error.Code != wire.CodeRevoked {
+				t.Fatalf("stream ended with %v, want revoked", f.Error)
+			}
+			continue
+		}
+	}
+}
+
+const chatter = `while :; do echo tick; sleep 0.01; done`
+
+func TestRevokeDropsLiveTailWithin100ms(t *testing.T) {
+	f := newDaemon(t, boxConfig)
+	f.must(f.mgmt(), "start", "busy", "--instance", "host", "--", "sh", "-c", chatter)
+	f.must(f.mgmt(), "grant", "other", "--terminal", "busy")
+	conn := f.dial(f.entry("other"))
+	openStream(t, conn, "tail", "busy")
+	f.must(f.mgmt(), "revoke", "other", "--terminal", "busy")
+	droppedWithin(t, conn, 100*time.Millisecond)
+}
+
+func TestRevokeDropsLiveAttachWithin100ms(t *testing.T) {
+	f := newDaemon(t, boxConfig)
+	f.must(f.entry("agent"), "instance", "start", "plain", "--name", "p")
+	f.must(f.entry("agent"), "start", "busy", "--instance", "p", "--", "sh", "-c", chatter)
+	conn := f.dial(f.entry("agent"))
+	openStream(t, conn, "attach", "busy")
+	f.must(f.mgmt(), "revoke", "agent", "--definition", "plain")
+	droppedWithin(t, conn, 100*time.Millisecond)
+	_, err := f.kw(f.entry("agent"), "screen", "busy")
+	wantCode(t, err, wire.CodeNotFound)
+}
+
+// The owner's attach rests on instance control, so revoking a terminal grant leaves it alone.
+func TestTerminalRevokeLeavesOwnerAttach(t *testing.T) {
+	f := newDaemon(t, boxConfig)
+	f.must(f.entry("agent"), "instance", "start", "plain", "--name", "p")
+	f.must(f.entry("agent"), "start", "busy", "--instance", "p", "--", "sh", "-c", chatter)
+	f.must(f.mgmt(), "grant", "other", "--terminal", "busy")
+	f.must(f.mgmt(), "grant", "agent", "--terminal", "busy")
+	conn := f.dial(f.entry("agent"))
+	openStream(t, conn, "attach", "busy")
+	f.must(f.mgmt(), "revoke", "agent", "--terminal", "busy")
+	_ = conn.SetReadDeadline(time.Now().Add(300 * time.Millisecond))
+	var got int
+	for got < 3 {
+		var fr wire.Frame
+		if err := conn.Recv(&fr); err != nil {
+			t.Fatalf("owner attach dropped by a terminal revocation: %v", err)
+		}
+		if len(fr.Output) > 0 {
+			got++
+		}
+	}
+}
+
+// A revoke followed at once by a re-grant must still have closed the stream that relied on the
+// first grant: the re-grant cannot slip in between the change and the closing.
+func TestRevokeRacingRegrantStillDrops(t *testing.T) {
+	f := newDaemon(t, boxConfig)
+	f.must(f.mgmt(), "start", "busy", "--instance", "host", "--", "sh", "-c", chatter)
+	f.must(f.mgmt(), "grant", "other", "--terminal", "busy")
+	for i := range 20 {
+		conn := f.dial(f.entry("other"))
+		openStream(t, conn, "tail", "busy")
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			f.must(f.mgmt(), "grant", "other", "--terminal", "busy") // idempotent; races the revoke
+		}()
+		f.must(f.mgmt(), "revoke", "other", "--terminal", "busy")
+		<-done
+		droppedWithin(t, conn, 100*time.Millisecond)
+		if _, err := f.kw(f.mgmt(), "grant", "other", "--terminal", "busy"); err != nil {
+			t.Fatalf("round %d: re-grant: %v", i, err)
+		}
+		f.must(f.entry("other"), "screen", "busy")
+	}
+}
+
+func TestRemovedTenantLosesItsEntryAndConnections(t *testing.T) {
+	f := newDaemon(t, boxConfig)
+	out := f.must(f.mgmt(), "tenant", "add", "temp")
+	path := strings.TrimSpace(strings.Split(out, "\t")[1])
+	f.must(f.mgmt(), "start", "busy", "--instance", "host", "--", "sh", "-c", chatter)
+	f.must(f.mgmt(), "grant", "temp", "--terminal", "busy")
+	conn := f.dial(path)
+	openStream(t, conn, "tail", "busy")
+	f.must(f.mgmt(), "tenant", "rm", "temp")
+	droppedWithin(t, conn, 100*time.Millisecond)
+	if _, err := f.kw(path, "ls"); err == nil {
+		t.Fatal("the removed tenant's entry still answers")
+	}
+	_, err := f.kw(f.mgmt(), "tenant", "rm", "agent")
+	wantCode(t, err, wire.CodeForbidden)
+}

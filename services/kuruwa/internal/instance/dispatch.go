@@ -1,0 +1,269 @@
+package instance
+
+import (
+	"encoding/json"
+	"fmt"
+	"io"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/allox-os/allox/services/kuruwa/internal/term"
+	"github.com/allox-os/allox/services/kuruwa/internal/wire"
+	"golang.org/x/sys/unix"
+)
+
+// dispatch serves one request; it reports true when the request turned the connection into a
+// stream that has now ended.
+func (s *Server) dispatch(c *wire.Conn, req wire.Request) bool {
+	switch req.Op {
+	case "hello":
+		_ = c.Reply(wire.Hello{Instance: s.ID, PID: unix.Getpid()}, nil)
+	case "watch":
+		// The creator holds this connection; it ends when this daemon does.
+		_ = c.Reply(struct{}{}, nil)
+		_, _ = io.Copy(io.Discard, c)
+		return true
+	case "shutdown":
+		_ = c.Reply(struct{}{}, nil)
+		s.once.Do(func() { close(s.stop) })
+	case "start":
+		reply(c, req.Args, s.start)
+	case "ls":
+		_ = c.Reply(s.list(), nil)
+	case "status":
+		reply(c, req.Args, func(a wire.TermArgs) (any, error) {
+			e, err := s.lookup(a.ID)
+			if err != nil {
+				return nil, err
+			}
+			return s.info(a.ID, e), nil
+		})
+	case "screen":
+		reply(c, req.Args, s.screen)
+	case "send":
+		reply(c, req.Args, empty(s.send))
+	case "resize":
+		reply(c, req.Args, empty(s.resize))
+	case "signal":
+		reply(c, req.Args, empty(s.signal))
+	case "clean":
+		reply(c, req.Args, empty(s.clean))
+	case "tail", "attach", "transcript":
+		a, err := wire.Decode[wire.TailArgs](req.Args)
+		var e *entry
+		if err == nil {
+			e, err = s.lookup(a.ID)
+		}
+		if err != nil {
+			_ = c.Reply(nil, err)
+			return false
+		}
+		switch req.Op {
+		case "attach":
+			s.attach(c, e.t)
+		case "transcript":
+			return s.transcript(c, a)
+		default:
+			_ = c.Reply(struct{}{}, nil)
+			follow(c, e.t, a.From, a.Follow)
+		}
+		return true
+	default:
+		_ = c.Reply(nil, wire.Errorf(wire.CodeBadRequest, "op", "%v %q", errUnknownOp, req.Op))
+	}
+	return false
+}
+
+// reply decodes the arguments, runs f and sends its result or error.
+func reply[T, R any](c *wire.Conn, raw json.RawMessage, f func(T) (R, error)) {
+	a, err := wire.Decode[T](raw)
+	if err != nil {
+		_ = c.Reply(nil, err)
+		return
+	}
+	_ = c.Reply(f(a))
+}
+
+// empty adapts an operation with no result to reply.
+func empty[T any](f func(T) error) func(T) (struct{}, error) {
+	return func(a T) (struct{}, error) { return struct{}{}, f(a) }
+}
+
+func (s *Server) screen(a wire.ScreenArgs) (wire.ScreenResult, error) {
+	e, err := s.lookup(a.ID)
+	if err != nil {
+		return wire.ScreenResult{}, err
+	}
+	res := wire.ScreenResult{Snapshot: wire.Snapshot(e.t.Screen().Snapshot())}
+	if a.Scrollback {
+		res.History = e.t.Screen().Scrollback()
+	}
+	return res, nil
+}
+
+// send writes Text, as one bracketed paste when it spans lines and the program asked for
+// bracketed paste, then each key as a separate write after the settle delay: agent TUIs treat
+// an Enter that arrives with pasted text as part of the paste.
+func (s *Server) send(a wire.SendArgs) error {
+	e, err := s.lookup(a.ID)
+	if err != nil {
+		return err
+	}
+	keys := make([][]byte, len(a.Keys))
+	for i, k := range a.Keys {
+		if keys[i], err = term.Key(k); err != nil {
+			return wire.Errorf(wire.CodeBadRequest, "keys", "%v", err)
+		}
+	}
+	if a.SettleMS < 0 || a.SettleMS > 10000 {
+		return wire.Errorf(wire.CodeBadRequest, "settle", "settle %dms: must be between 0 and 10000", a.SettleMS)
+	}
+	t := e.t
+	t.Lock()
+	defer t.Unlock()
+	if a.Text != "" {
+		text := []byte(a.Text)
+		if strings.ContainsAny(a.Text, "\r\n") && t.Bracketed() {
+			text = append(append([]byte("\x1b[200~"), text...), "\x1b[201~"...)
+		}
+		if _, err := t.WriteLocked(text); err != nil {
+			return wire.Errorf(wire.CodeGone, "name", "%v", err)
+		}
+	}
+	for i, k := range keys {
+		if a.Text != "" || i > 0 {
+			time.Sleep(time.Duration(a.SettleMS) * time.Millisecond)
+		}
+		if _, err := t.WriteLocked(k); err != nil {
+			return wire.Errorf(wire.CodeGone, "name", "%v", err)
+		}
+	}
+	return nil
+}
+
+func (s *Server) resize(a wire.ResizeArgs) error {
+	e, err := s.lookup(a.ID)
+	if err != nil {
+		return err
+	}
+	if err := e.t.Resize(a.Cols, a.Rows); err != nil {
+		return wire.Errorf(wire.CodeBadRequest, "cols", "%v", err)
+	}
+	return nil
+}
+
+var signals = map[string]syscall.Signal{
+	"": syscall.SIGTERM, "TERM": syscall.SIGTERM, "INT": syscall.SIGINT, "HUP": syscall.SIGHUP,
+	"KILL": syscall.SIGKILL, "QUIT": syscall.SIGQUIT, "USR1": syscall.SIGUSR1, "USR2": syscall.SIGUSR2,
+}
+
+func (s *Server) signal(a wire.SignalArgs) error {
+	e, err := s.lookup(a.ID)
+	if err != nil {
+		return err
+	}
+	sig, ok := signals[strings.TrimPrefix(strings.ToUpper(a.Signal), "SIG")]
+	if !ok {
+		return wire.Errorf(wire.CodeBadRequest, "signal", "signal %q: use TERM, INT, HUP, KILL, QUIT, USR1 or USR2", a.Signal)
+	}
+	if err := e.t.Signal(sig); err != nil {
+		return wire.Errorf(wire.CodeConflict, "name", "%v", err)
+	}
+	return nil
+}
+
+// follow streams output from offset from; without follow it stops at the current end.
+func follow(c *wire.Conn, t *term.Terminal, from uint64, keep bool) {
+	for {
+		data, next, changed, closed, err := t.Ring().ReadFrom(from)
+		if err != nil {
+			_ = c.Send(wire.Frame{Error: wire.Errorf(wire.CodeConflict, "from", "%v", err)})
+			return
+		}
+		if len(data) > 0 {
+			if err := c.Send(wire.Frame{Seq: from, Output: data, Next: next}); err != nil {
+				return
+			}
+		}
+		from = next
+		if closed || !keep {
+			if !keep && !closed {
+				_ = c.Send(wire.Frame{Next: from, End: true})
+				return
+			}
+			st := t.Status()
+			_ = c.Send(wire.Frame{Next: from, End: true, Exit: &st.ExitCode})
+			return
+		}
+		<-changed
+	}
+}
+
+// attach draws the current screen, then streams output from the offset the drawing reflects
+// while input and resizes flow the other way, until the client detaches or the program exits.
+func (s *Server) attach(c *wire.Conn, t *term.Terminal) {
+	snap, from := t.SnapshotAt()
+	_ = c.Reply(struct{}{}, nil)
+	if err := c.Send(wire.Frame{Seq: from, Output: []byte(render(snap))}); err != nil {
+		return
+	}
+	go func() {
+		for {
+			var f wire.Frame
+			if err := c.Recv(&f); err != nil {
+				_ = c.Close()
+				return
+			}
+			if len(f.Input) > 0 {
+				_, _ = t.Write(f.Input)
+			}
+			if f.Size != nil {
+				_ = t.Resize(f.Size[0], f.Size[1])
+			}
+		}
+	}()
+	follow(c, t, from, true)
+}
+
+// render draws a snapshot on a blank terminal.
+func render(s term.Snapshot) string {
+	var b strings.Builder
+	b.WriteString("\x1b[H\x1b[2J")
+	if s.Alt {
+		b.WriteString("\x1b[?1049h\x1b[H\x1b[2J")
+	}
+	for i, l := range s.Lines {
+		if i > 0 {
+			b.WriteString("\r\n")
+		}
+		b.WriteString(l)
+	}
+	fmt.Fprintf(&b, "\x1b[%d;%dH", s.CursorRow+1, s.CursorCol+1)
+	return b.String()
+}
+
+func (s *Server) transcript(c *wire.Conn, a wire.TailArgs) bool {
+	fd, err := unix.Openat(int(s.state.Fd()), a.ID+".transcript", unix.O_RDONLY|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0)
+	if err != nil {
+		_ = c.Reply(nil, wire.Errorf(wire.CodeInternal, "", "open transcript: %v", err))
+		return false
+	}
+	defer unix.Close(fd)
+	_ = c.Reply(struct{}{}, nil)
+	buf := make([]byte, 64*1024)
+	var off uint64
+	for {
+		n, err := unix.Read(fd, buf)
+		if n > 0 {
+			if c.Send(wire.Frame{Seq: off, Output: buf[:n]}) != nil {
+				return true
+			}
+			off += uint64(n)
+		}
+		if err != nil || n <= 0 {
+			_ = c.Send(wire.Frame{Next: off, End: true})
+			return true
+		}
+	}
+}

@@ -1,0 +1,199 @@
+package instance
+
+import (
+	"context"
+	"errors"
+	"net"
+	"os"
+	"sort"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/allox-os/allox/services/kuruwa/internal/term"
+	"github.com/allox-os/allox/services/kuruwa/internal/wire"
+	"golang.org/x/sys/unix"
+)
+
+// Server serves one instance's terminals on the adopted listener.
+type Server struct {
+	ID    string
+	state *os.File
+	env   []string
+
+	mu    sync.Mutex
+	terms map[string]*entry // by terminal id
+	stop  chan struct{}
+	once  sync.Once
+}
+
+type entry struct {
+	name string
+	t    *term.Terminal
+}
+
+// NewServer serves instance id with transcripts under state.
+func NewServer(id string, state *os.File) *Server {
+	env := []string{"TERM=xterm-256color"}
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "TERM=") {
+			env = append(env, kv)
+		}
+	}
+	return &Server{ID: id, state: state, env: env, terms: map[string]*entry{}, stop: make(chan struct{})}
+}
+
+// Serve accepts connections until ctx ends or a shutdown request arrives, then ends every
+// terminal's process group.
+func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
+	go func() {
+		select {
+		case <-ctx.Done():
+		case <-s.stop:
+		}
+		_ = ln.Close()
+	}()
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			s.killAll()
+			select {
+			case <-ctx.Done():
+				return nil
+			case <-s.stop:
+				return nil
+			default:
+				return err
+			}
+		}
+		go s.handle(wire.NewConn(c))
+	}
+}
+
+func (s *Server) handle(c *wire.Conn) {
+	defer c.Close()
+	for {
+		var req wire.Request
+		if err := c.Recv(&req); err != nil {
+			return
+		}
+		if stream := s.dispatch(c, req); stream {
+			return
+		}
+	}
+}
+
+// killAll ends every terminal: SIGHUP, a grace, then SIGKILL, to the process groups this
+// daemon started and nothing else.
+func (s *Server) killAll() {
+	s.mu.Lock()
+	var ts []*term.Terminal
+	for _, e := range s.terms {
+		ts = append(ts, e.t)
+	}
+	s.mu.Unlock()
+	for _, t := range ts {
+		_ = t.Signal(syscall.SIGHUP)
+	}
+	deadline := time.After(time.Second)
+	for _, t := range ts {
+		select {
+		case <-t.Done():
+		case <-deadline:
+			_ = t.Signal(syscall.SIGKILL)
+		}
+	}
+}
+
+func (s *Server) lookup(id string) (*entry, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	e, ok := s.terms[id]
+	if !ok {
+		return nil, wire.Errorf(wire.CodeNotFound, "id", "no terminal %q in instance %s", id, s.ID)
+	}
+	return e, nil
+}
+
+func (s *Server) start(a wire.StartArgs) (wire.TermInfo, error) {
+	if a.ID == "" || strings.ContainsAny(a.ID, "/\x00") {
+		return wire.TermInfo{}, wire.Errorf(wire.CodeBadRequest, "id", "terminal id %q is not valid", a.ID)
+	}
+	argv := a.Argv
+	if len(argv) == 0 {
+		sh := os.Getenv("SHELL")
+		if sh == "" {
+			sh = "/bin/sh"
+		}
+		argv = []string{sh}
+	}
+	cols, rows := a.Cols, a.Rows
+	if cols == 0 {
+		cols = 80
+	}
+	if rows == 0 {
+		rows = 24
+	}
+	if cols < 1 || rows < 1 || cols > 1000 || rows > 1000 {
+		return wire.TermInfo{}, wire.Errorf(wire.CodeBadRequest, "cols", "size %dx%d: columns and rows must be between 1 and 1000", cols, rows)
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if _, dup := s.terms[a.ID]; dup {
+		return wire.TermInfo{}, wire.Errorf(wire.CodeConflict, "id", "terminal %s exists", a.ID)
+	}
+	fd, err := unix.Openat(int(s.state.Fd()), a.ID+".transcript", unix.O_CREAT|unix.O_EXCL|unix.O_WRONLY|unix.O_APPEND|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0o600)
+	if err != nil {
+		return wire.TermInfo{}, wire.Errorf(wire.CodeInternal, "", "create transcript: %v", err)
+	}
+	env := append(append([]string{}, s.env...), "KURUWA_TERMINAL="+a.Name)
+	env = append(env, a.Env...)
+	t, err := term.Start(term.Spec{
+		Argv: argv, Dir: a.Dir, Env: env, Cols: cols, Rows: rows,
+		RingBytes: 1 << 20, ScrollbackLines: 10000,
+	}, os.NewFile(uintptr(fd), a.ID+".transcript"))
+	if err != nil {
+		_ = unix.Close(fd)
+		_ = unix.Unlinkat(int(s.state.Fd()), a.ID+".transcript", 0)
+		return wire.TermInfo{}, wire.Errorf(wire.CodeBadRequest, "argv", "%v", err)
+	}
+	s.terms[a.ID] = &entry{name: a.Name, t: t}
+	return s.info(a.ID, s.terms[a.ID]), nil
+}
+
+func (s *Server) info(id string, e *entry) wire.TermInfo {
+	return wire.TermInfo{Name: e.name, ID: id, Instance: s.ID, Status: wire.Status(e.t.Status())}
+}
+
+func (s *Server) list() []wire.TermInfo {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]wire.TermInfo, 0, len(s.terms))
+	for id, e := range s.terms {
+		out = append(out, s.info(id, e))
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].ID < out[j].ID })
+	return out
+}
+
+func (s *Server) clean(a wire.CleanArgs) error {
+	e, err := s.lookup(a.ID)
+	if err != nil {
+		return err
+	}
+	if e.t.Status().Running {
+		if !a.Force {
+			return wire.Errorf(wire.CodeConflict, "force", "terminal %s is still running; cancel it first or pass --force", e.name)
+		}
+		_ = e.t.Signal(syscall.SIGKILL)
+		<-e.t.Done()
+	}
+	s.mu.Lock()
+	delete(s.terms, a.ID)
+	s.mu.Unlock()
+	_ = unix.Unlinkat(int(s.state.Fd()), a.ID+".transcript", 0)
+	return nil
+}
+
+var errUnknownOp = errors.New("unknown operation")

@@ -1,0 +1,158 @@
+package term
+
+import (
+	"io"
+	"strings"
+	"sync"
+
+	"github.com/charmbracelet/x/ansi"
+	"github.com/charmbracelet/x/vt"
+)
+
+// Screen is the server-side emulator of one terminal: it consumes the program's output and
+// renders the current viewport, so a reader gets the screen as it is rather than a replay of raw
+// bytes. The emulator answers terminal queries (DSR, DA) on its reply pipe; Screen pumps those
+// replies to reply without ever letting a stalled reply path block Write.
+type Screen struct {
+	mu        sync.Mutex
+	emu       *vt.Emulator
+	bracketed bool
+	replies   chan []byte
+}
+
+// Snapshot is the viewport as text with the cursor and the alternate-screen flag.
+type Snapshot struct {
+	Lines                []string
+	CursorRow, CursorCol int
+	Alt                  bool
+	Cols, Rows           int
+	// Bracketed reports whether the program enabled bracketed paste (mode 2004).
+	Bracketed bool
+}
+
+// NewScreen returns an emulator of cols×rows keeping scrollback lines of history; replies to the
+// program's queries go to reply (nil drops them).
+func NewScreen(cols, rows, scrollback int, reply func([]byte)) *Screen {
+	s := &Screen{emu: vt.NewEmulator(cols, rows), replies: make(chan []byte, 64)}
+	s.emu.SetScrollbackSize(scrollback)
+	s.emu.SetCallbacks(vt.Callbacks{
+		EnableMode:  func(m ansi.Mode) { s.setMode(m, true) },
+		DisableMode: func(m ansi.Mode) { s.setMode(m, false) },
+	})
+	go s.readReplies()
+	go func() {
+		for b := range s.replies {
+			if reply != nil {
+				reply(b)
+			}
+		}
+	}()
+	return s
+}
+
+func (s *Screen) setMode(m ansi.Mode, on bool) {
+	if m == ansi.ModeBracketedPaste {
+		s.bracketed = on
+	}
+}
+
+// readReplies drains the emulator's reply pipe at once, so the emulator's Write never waits; a
+// reply that cannot be queued because the program stopped reading its input is dropped.
+func (s *Screen) readReplies() {
+	buf := make([]byte, 4096)
+	for {
+		n, err := s.emu.Read(buf)
+		if n > 0 {
+			select {
+			case s.replies <- append([]byte(nil), buf[:n]...):
+			default:
+			}
+		}
+		if err != nil {
+			close(s.replies)
+			return
+		}
+	}
+}
+
+// Write feeds program output to the emulator.
+func (s *Screen) Write(p []byte) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	_, _ = s.emu.Write(p)
+}
+
+// Resize changes the emulator's size.
+func (s *Screen) Resize(cols, rows int) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.emu.Resize(cols, rows)
+}
+
+// Close stops the reply pump. It closes the emulator's reply pipe rather than calling the
+// emulator's Close, whose unsynchronised closed flag the pump's Read would race with.
+func (s *Screen) Close() {
+	if pw, ok := s.emu.InputPipe().(*io.PipeWriter); ok {
+		_ = pw.CloseWithError(io.EOF)
+	}
+}
+
+// Snapshot renders the viewport: one string per row, trailing blanks trimmed.
+func (s *Screen) Snapshot() Snapshot {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	cols, rows := s.emu.Width(), s.emu.Height()
+	snap := Snapshot{Cols: cols, Rows: rows, Alt: s.emu.IsAltScreen(), Bracketed: s.bracketed}
+	for y := range rows {
+		snap.Lines = append(snap.Lines, s.row(y, cols))
+	}
+	pos := s.emu.CursorPosition()
+	snap.CursorRow, snap.CursorCol = pos.Y, pos.X
+	return snap
+}
+
+// Scrollback renders the history above the viewport (oldest first) followed by the viewport.
+func (s *Screen) Scrollback() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var out []string
+	if sb := s.emu.Scrollback(); sb != nil {
+		var buf []byte
+		for _, l := range sb.Lines() {
+			buf = buf[:0]
+			for i := range l {
+				c := &l[i]
+				switch {
+				case c.Content == "" && c.Width == 0: // the second column of a wide character
+				case c.Content == "":
+					buf = append(buf, ' ')
+				default:
+					buf = append(buf, c.Content...)
+				}
+			}
+			out = append(out, strings.TrimRight(string(buf), " "))
+		}
+	}
+	for y := range s.emu.Height() {
+		out = append(out, s.row(y, s.emu.Width()))
+	}
+	return out
+}
+
+func (s *Screen) row(y, cols int) string {
+	var b strings.Builder
+	for x := 0; x < cols; x++ {
+		c := s.emu.CellAt(x, y)
+		switch {
+		case c == nil:
+			b.WriteByte(' ')
+		case c.Width == 0:
+			// the second column of a wide character
+		case c.Content == "":
+			b.WriteByte(' ')
+		default:
+			b.WriteString(c.Content)
+		}
+	}
+	return strings.TrimRight(b.String(), " ")
+}

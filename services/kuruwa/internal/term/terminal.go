@@ -1,0 +1,225 @@
+// Package term is one Kuruwa terminal: a process on a PTY, one reader per PTY feeding a
+// server-side emulator (the screen), a bounded ring of output addressed by sequence offsets (for
+// tail), an append-only raw transcript, and the exit status kept after the process exits.
+package term
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/creack/pty"
+)
+
+// Spec says what a terminal runs.
+type Spec struct {
+	Argv       []string
+	Dir        string
+	Env        []string
+	Cols, Rows int
+	// RingBytes bounds the tail ring; ScrollbackLines bounds the emulator's history.
+	RingBytes       int
+	ScrollbackLines int
+}
+
+// Status is a terminal's state as the CLI reports it.
+type Status struct {
+	Running  bool
+	PID      int
+	ExitCode int
+	Signal   string
+	Offset   uint64
+}
+
+// Terminal is a running or exited program on a PTY.
+type Terminal struct {
+	ptm        *os.File
+	cmd        *exec.Cmd
+	screen     *Screen
+	ring       *Ring
+	transcript *os.File
+
+	writeMu sync.Mutex // serialises input so a paste and its keys never interleave with another send
+	outMu   sync.Mutex // held while one chunk of output reaches both the screen and the ring
+
+	mu      sync.Mutex
+	exited  bool
+	code    int
+	signal  string
+	done    chan struct{} // closed when the process has exited and its output is drained
+	outDone chan struct{}
+}
+
+// Start runs spec on a new PTY and appends its raw output to transcript (which Start owns).
+func Start(spec Spec, transcript *os.File) (*Terminal, error) {
+	if len(spec.Argv) == 0 {
+		return nil, errors.New("command: empty; name a program to run")
+	}
+	cmd := exec.Command(spec.Argv[0], spec.Argv[1:]...)
+	cmd.Dir, cmd.Env = spec.Dir, spec.Env
+	ptm, err := pty.StartWithSize(cmd, &pty.Winsize{Cols: uint16(spec.Cols), Rows: uint16(spec.Rows)})
+	if err != nil {
+		return nil, fmt.Errorf("start %s: %w", spec.Argv[0], err)
+	}
+	t := &Terminal{
+		ptm: ptm, cmd: cmd, transcript: transcript,
+		ring: NewRing(spec.RingBytes), done: make(chan struct{}), outDone: make(chan struct{}),
+	}
+	t.screen = NewScreen(spec.Cols, spec.Rows, spec.ScrollbackLines, func(b []byte) { _, _ = t.write(b) })
+	go t.readOutput()
+	go t.wait()
+	return t, nil
+}
+
+// readOutput is the one reader of the PTY.
+func (t *Terminal) readOutput() {
+	defer close(t.outDone)
+	buf := make([]byte, 32*1024)
+	for {
+		n, err := t.ptm.Read(buf)
+		if n > 0 {
+			p := buf[:n]
+			t.outMu.Lock()
+			t.screen.Write(p)
+			t.ring.Write(p)
+			t.outMu.Unlock()
+			if t.transcript != nil {
+				_, _ = t.transcript.Write(p)
+			}
+		}
+		if err != nil {
+			t.screen.Close()
+			if t.transcript != nil {
+				_ = t.transcript.Close()
+			}
+			return
+		}
+	}
+}
+
+func (t *Terminal) wait() {
+	err := t.cmd.Wait()
+	code, sig := 0, ""
+	var ee *exec.ExitError
+	if errors.As(err, &ee) {
+		code = ee.ExitCode()
+		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+			code, sig = 128+int(ws.Signal()), ws.Signal().String()
+		}
+	} else if err != nil {
+		code = -1
+	}
+	// Background children may keep the PTY open; output already written is drained, and the
+	// PTY is closed so the reader ends.
+	t.mu.Lock()
+	t.exited, t.code, t.signal = true, code, sig
+	t.mu.Unlock()
+	drainAndClose(t)
+}
+
+// drainAndClose waits a moment for the output still in the PTY, then ends the terminal's
+// output; the reader goroutine itself ends when the last holder of the PTY's other side does.
+func drainAndClose(t *Terminal) {
+	timer := time.NewTimer(drainGrace)
+	defer timer.Stop()
+	select {
+	case <-t.outDone:
+		_ = t.ptm.Close()
+	case <-timer.C:
+	}
+	t.ring.Close()
+	close(t.done)
+}
+
+// Done is closed once the process exited and its output was consumed.
+func (t *Terminal) Done() <-chan struct{} { return t.done }
+
+// Status reports whether the program runs, and its exit status once it exited.
+func (t *Terminal) Status() Status {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return Status{Running: !t.exited, PID: t.cmd.Process.Pid, ExitCode: t.code, Signal: t.signal, Offset: t.ring.End()}
+}
+
+// Write sends input bytes to the program.
+func (t *Terminal) Write(p []byte) (int, error) {
+	t.writeMu.Lock()
+	defer t.writeMu.Unlock()
+	return t.write(p)
+}
+
+// Lock holds input for a sequence of writes (a paste, a settle delay, its keys).
+func (t *Terminal) Lock()   { t.writeMu.Lock() }
+func (t *Terminal) Unlock() { t.writeMu.Unlock() }
+
+// WriteLocked writes while the caller holds Lock.
+func (t *Terminal) WriteLocked(p []byte) (int, error) { return t.write(p) }
+
+func (t *Terminal) write(p []byte) (int, error) {
+	select {
+	case <-t.done:
+		return 0, ErrExited
+	default:
+	}
+	n, err := t.ptm.Write(p)
+	if err != nil {
+		return n, fmt.Errorf("write to terminal: %w", err)
+	}
+	return n, nil
+}
+
+// drainGrace is how long output still buffered in the PTY may take to arrive after the program
+// exited before its output is declared complete (background children can hold the PTY open).
+const drainGrace = 200 * time.Millisecond
+
+// ErrExited is returned for input to a terminal whose program has exited.
+var ErrExited = errors.New("the terminal's program has exited")
+
+// Resize changes the PTY's and the emulator's size.
+func (t *Terminal) Resize(cols, rows int) error {
+	if cols <= 0 || rows <= 0 || cols > 1000 || rows > 1000 {
+		return fmt.Errorf("size %dx%d: columns and rows must be between 1 and 1000", cols, rows)
+	}
+	if err := pty.Setsize(t.ptm, &pty.Winsize{Cols: uint16(cols), Rows: uint16(rows)}); err != nil && !t.Status().Running {
+		return ErrExited
+	} else if err != nil {
+		return fmt.Errorf("resize: %w", err)
+	}
+	t.screen.Resize(cols, rows)
+	return nil
+}
+
+// Signal sends sig to the terminal's process group.
+func (t *Terminal) Signal(sig syscall.Signal) error {
+	if !t.Status().Running {
+		return ErrExited
+	}
+	if err := syscall.Kill(-t.cmd.Process.Pid, sig); err != nil {
+		return fmt.Errorf("signal %s: %w", sig, err)
+	}
+	return nil
+}
+
+// SnapshotAt renders the screen together with the ring offset it reflects, so an attaching
+// client draws it and then follows the ring from that offset with nothing lost or repeated.
+func (t *Terminal) SnapshotAt() (Snapshot, uint64) {
+	t.outMu.Lock()
+	defer t.outMu.Unlock()
+	return t.screen.Snapshot(), t.ring.End()
+}
+
+// Screen returns the terminal's emulator.
+func (t *Terminal) Screen() *Screen { return t.screen }
+
+// Ring returns the terminal's tail ring.
+func (t *Terminal) Ring() *Ring { return t.ring }
+
+// Bracketed reports whether the program asked for bracketed paste.
+func (t *Terminal) Bracketed() bool { return t.screen.Snapshot().Bracketed }
+
+var _ io.Writer = (*Terminal)(nil)

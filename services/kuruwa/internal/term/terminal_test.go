@@ -1,0 +1,101 @@
+package term
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+func startTerm(t *testing.T, argv ...string) (*Terminal, string) {
+	t.Helper()
+	path := filepath.Join(t.TempDir(), "transcript")
+	tf, err := os.Create(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	term, err := Start(Spec{Argv: argv, Cols: 80, Rows: 24, RingBytes: 1 << 16, ScrollbackLines: 100, Env: []string{"TERM=xterm-256color", "PATH=" + os.Getenv("PATH")}}, tf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		_ = term.Signal(9)
+		<-term.Done()
+	})
+	return term, path
+}
+
+func waitDone(t *testing.T, term *Terminal) {
+	t.Helper()
+	select {
+	case <-term.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("terminal did not exit")
+	}
+}
+
+func TestExitStatusIsKept(t *testing.T) {
+	term, path := startTerm(t, "sh", "-c", "printf out; exit 42")
+	waitDone(t, term)
+	st := term.Status()
+	if st.Running || st.ExitCode != 42 {
+		t.Fatalf("status %+v, want exited 42", st)
+	}
+	time.Sleep(10 * time.Millisecond)
+	if b, _ := os.ReadFile(path); !strings.Contains(string(b), "out") {
+		t.Fatalf("transcript %q", b)
+	}
+	if _, err := term.Write([]byte("x")); err != ErrExited {
+		t.Fatalf("write after exit: %v", err)
+	}
+}
+
+func TestSignalExitIsReported(t *testing.T) {
+	term, _ := startTerm(t, "sleep", "30")
+	if err := term.Signal(15); err != nil {
+		t.Fatal(err)
+	}
+	waitDone(t, term)
+	if st := term.Status(); st.Signal != "terminated" || st.ExitCode != 128+15 {
+		t.Fatalf("status %+v", st)
+	}
+}
+
+// The trap of charmbracelet/x/vt: a program's query (DSR) makes the emulator write a reply, and
+// an emulator whose replies nobody reads blocks in Write, stopping the PTY reader. Here the
+// program asks for the cursor position, reads the answer and prints it.
+func TestTerminalQueriesAreAnsweredAndNeverBlockOutput(t *testing.T) {
+	term, _ := startTerm(t, "sh", "-c", `stty raw -echo; printf '\033[6n'; r=$(dd bs=1 count=6 2>/dev/null | od -An -c | tr -d ' '); stty sane; echo "reply=$r"; `+
+		`i=0; while [ $i -lt 50 ]; do printf '\033[5n\033[c'; i=$((i+1)); done; echo after-queries`)
+	waitDone(t, term)
+	snap := term.Screen().Snapshot()
+	text := strings.Join(snap.Lines, "\n")
+	if !strings.Contains(text, `reply=033[1;1R`) || !strings.Contains(text, "after-queries") {
+		t.Fatalf("screen:\n%s", text)
+	}
+}
+
+// Bracketed paste mode is tracked from the program's own requests.
+func TestBracketedPasteModeTracked(t *testing.T) {
+	term, _ := startTerm(t, "sh", "-c", `printf '\033[?2004h'; echo on; sleep 30`)
+	deadline := time.Now().Add(5 * time.Second)
+	for !term.Bracketed() {
+		if time.Now().After(deadline) {
+			t.Fatal("bracketed paste never reported on")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func TestKeys(t *testing.T) {
+	for name, want := range map[string]string{"Enter": "\r", "C-c": "\x03", "c-a": "\x01", "Up": "\x1b[A", "F5": "\x1b[15~", "Esc": "\x1b", "^D": "\x04"} {
+		got, err := Key(name)
+		if err != nil || string(got) != want {
+			t.Errorf("Key(%q) = %q, %v; want %q", name, got, err, want)
+		}
+	}
+	if _, err := Key("Entr"); err == nil || !strings.Contains(err.Error(), "enter") {
+		t.Errorf("unknown key error %v does not list the keys", err)
+	}
+}

@@ -1,0 +1,179 @@
+// Package wire is Kuruwa's protocol between the CLI, the main daemon and the instance daemons:
+// newline-delimited JSON over a Unix stream socket. A client sends one Request and reads one
+// Response; streaming operations (tail, attach, wait) then exchange Frames on the same connection
+// until either side closes it.
+package wire
+
+import (
+	"bufio"
+	"bytes"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+)
+
+// Request is one operation.
+type Request struct {
+	Op   string          `json:"op"`
+	Args json.RawMessage `json:"args,omitempty"`
+}
+
+// Response answers a Request: Error is set, or Result is.
+type Response struct {
+	Error  *Error          `json:"error,omitempty"`
+	Result json.RawMessage `json:"result,omitempty"`
+}
+
+// Frame is one message of a stream. Output carries terminal bytes at offset Seq; Input and Size
+// go from an attached client to the terminal; End ends a stream, with the program's status in Exit once
+// it exited; Error ends it with a reason.
+type Frame struct {
+	Seq    uint64  `json:"seq,omitempty"`
+	Output []byte  `json:"output,omitempty"`
+	Input  []byte  `json:"input,omitempty"`
+	Size   *[2]int `json:"size,omitempty"`
+	Exit   *int    `json:"exit,omitempty"`
+	Next   uint64  `json:"next,omitempty"`
+	End    bool    `json:"end,omitempty"`
+	Error  *Error  `json:"error,omitempty"`
+}
+
+// Codes of Error.
+const (
+	CodeBadRequest = "bad_request" // the request is malformed or names a bad value
+	CodeNotFound   = "not_found"   // no such object visible to this tenant
+	CodeForbidden  = "forbidden"   // the object is visible but the operation is not granted
+	CodeConflict   = "conflict"    // the object's state forbids it (name taken, instance not empty)
+	CodeGone       = "gone"        // the object existed but is no longer valid
+	CodeRevoked    = "revoked"     // a grant this stream relied on was revoked
+	CodeInternal   = "internal"
+)
+
+// Error is a failed request: a stable code, a message saying what to do, the offending field.
+type Error struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+	Field   string `json:"field,omitempty"`
+}
+
+func (e *Error) Error() string {
+	if e.Field != "" {
+		return fmt.Sprintf("%s (%s): %s", e.Code, e.Field, e.Message)
+	}
+	return fmt.Sprintf("%s: %s", e.Code, e.Message)
+}
+
+// Is matches errors by code, so errors.Is(err, &wire.Error{Code: wire.CodeForbidden}) works.
+func (e *Error) Is(target error) bool {
+	t, ok := target.(*Error)
+	return ok && t.Code == e.Code
+}
+
+// Errorf builds an Error.
+func Errorf(code, field, format string, args ...any) *Error {
+	return &Error{Code: code, Field: field, Message: fmt.Sprintf(format, args...)}
+}
+
+// Conn is a protocol connection.
+type Conn struct {
+	net.Conn
+	r   *bufio.Reader
+	enc *json.Encoder
+}
+
+// NewConn wraps c.
+func NewConn(c net.Conn) *Conn {
+	return &Conn{Conn: c, r: bufio.NewReaderSize(c, 64*1024), enc: json.NewEncoder(c)}
+}
+
+// MaxLine bounds one message, so a client cannot make the daemon buffer without limit.
+const MaxLine = 8 << 20
+
+// Send writes one message.
+func (c *Conn) Send(v any) error { return c.enc.Encode(v) }
+
+// Recv reads one message into v.
+func (c *Conn) Recv(v any) error {
+	var line []byte
+	for {
+		chunk, err := c.r.ReadSlice('\n')
+		line = append(line, chunk...)
+		if len(line) > MaxLine {
+			return fmt.Errorf("message longer than %d bytes", MaxLine)
+		}
+		if err == bufio.ErrBufferFull {
+			continue
+		}
+		if err != nil {
+			if err == io.EOF && len(line) > 0 {
+				return io.ErrUnexpectedEOF
+			}
+			return err
+		}
+		break
+	}
+	if err := json.Unmarshal(line, v); err != nil {
+		return Errorf(CodeBadRequest, "", "message is not valid JSON: %v", err)
+	}
+	return nil
+}
+
+// Call sends op with args and decodes the result into out (which may be nil).
+func (c *Conn) Call(op string, args, out any) error {
+	req := Request{Op: op}
+	if args != nil {
+		b, err := json.Marshal(args)
+		if err != nil {
+			return fmt.Errorf("encode %s: %w", op, err)
+		}
+		req.Args = b
+	}
+	if err := c.Send(req); err != nil {
+		return fmt.Errorf("send %s: %w", op, err)
+	}
+	var resp Response
+	if err := c.Recv(&resp); err != nil {
+		return fmt.Errorf("%s: reading the reply: %w", op, err)
+	}
+	if resp.Error != nil {
+		return resp.Error
+	}
+	if out != nil && resp.Result != nil {
+		if err := json.Unmarshal(resp.Result, out); err != nil {
+			return fmt.Errorf("decode %s result: %w", op, err)
+		}
+	}
+	return nil
+}
+
+// Reply sends a Response with result or err.
+func (c *Conn) Reply(result any, err error) error {
+	if err != nil {
+		we, ok := err.(*Error)
+		if !ok {
+			we = &Error{Code: CodeInternal, Message: err.Error()}
+		}
+		return c.Send(Response{Error: we})
+	}
+	b, merr := json.Marshal(result)
+	if merr != nil {
+		return c.Send(Response{Error: &Error{Code: CodeInternal, Message: merr.Error()}})
+	}
+	return c.Send(Response{Result: b})
+}
+
+// Decode decodes a request's arguments, refusing unknown fields so a misspelt argument is an
+// error rather than silently ignored.
+func Decode[T any](raw json.RawMessage) (T, error) {
+	var v T
+	if len(raw) == 0 {
+		return v, nil
+	}
+	dec := json.NewDecoder(bytes.NewReader(raw))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&v); err != nil {
+		return v, Errorf(CodeBadRequest, "args", "%v", err)
+	}
+	return v, nil
+}
