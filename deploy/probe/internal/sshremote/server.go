@@ -73,6 +73,8 @@ type Server struct {
 	mu     sync.Mutex
 	conns  map[*ssh.ServerConn]struct{}
 	closed bool
+
+	fallbacks fallbacks // the sessions' persistent terminals (terminal_fallback)
 }
 
 // New checks cfg and makes the server.
@@ -180,6 +182,11 @@ func (s *Server) Close() error {
 	for c := range conns {
 		c.Close()
 	}
+	s.fallbacks.mu.Lock()
+	for _, f := range s.fallbacks.terms {
+		f.t.Signal(syscall.SIGKILL) // closes the run's stream: the appliance kills the run
+	}
+	s.fallbacks.mu.Unlock()
 	return nil
 }
 
@@ -386,7 +393,7 @@ func (c *conn) sessionChannel(nch ssh.NewChannel) {
 			}
 		case "env":
 			var p struct{ Name, Value string }
-			if err := ssh.Unmarshal(req.Payload, &p); err == nil && !started && acceptEnv(p.Name) {
+			if err := ssh.Unmarshal(req.Payload, &p); err == nil && !started && (acceptEnv(p.Name) || p.Name == FallbackEnv) {
 				env[p.Name], ok = p.Value, true
 			}
 		case "window-change":
@@ -397,6 +404,27 @@ func (c *conn) sessionChannel(nch ssh.NewChannel) {
 		case "shell", "exec", "subsystem":
 			if started {
 				break
+			}
+			if name, ok := env[FallbackEnv]; ok && req.Type == "shell" {
+				a.Channel, a.Target = "terminal_fallback", name
+				switch {
+				case !terminalName.MatchString(name):
+					a.Error = fmt.Sprintf("%s=%q: name the terminal with letters, digits, '.', '_', '-' (at most 64)", FallbackEnv, name)
+				case term == nil:
+					a.Error = "a persistent terminal needs a terminal: ssh -t"
+				}
+				if a.Error != "" {
+					fmt.Fprintf(ch.Stderr(), "allox: %s\r\n", a.Error)
+					break
+				}
+				if req.WantReply {
+					req.Reply(true, nil)
+				}
+				delete(env, FallbackEnv)
+				c.attachFallback(ch, reqs, name, term, env, &a)
+				a.End = c.s.cfg.Now()
+				c.activity(a)
+				return
 			}
 			argv, kind, why := c.command(req)
 			if argv == nil {

@@ -298,8 +298,15 @@ func TestRollbackEndsSSHShell(t *testing.T) {
 	in, _ := s.StdinPipe()
 	out, _ := s.StdoutPipe()
 	must(t, s.Shell())
-	io.WriteString(in, "echo ready\n")
-	testenv.ReadUntil(t, out, "ready")
+	f.rollbackKills(t, s, in, out)
+}
+
+// rollbackKills waits until the shell on s answers, rolls the session back with kill_processes
+// and checks that the shell's channel ends with exit-signal KILL.
+func (f *fixture) rollbackKills(t *testing.T, s *ssh.Session, in io.Writer, out io.Reader) {
+	t.Helper()
+	io.WriteString(in, "echo ready-$((6*7))\n") // the echo of the line shows no 42
+	testenv.ReadUntil(t, out, "ready-42")
 	go io.Copy(io.Discard, out)
 	must(t, f.host.Call(context.Background(), "session.rollback", map[string]any{"agent_id": "a", "session_id": "s",
 		"checkpoint_id": "baseline", "kill_processes": true}, nil))
@@ -312,6 +319,6 @@ func TestRollbackEndsSSHShell(t *testing.T) {
 			t.Fatalf("the shell after the rollback: %v, want killed (exit-signal KILL)", err)
 		}
 	case <-time.After(30 * time.Second):
-		t.Fatal("the SSH shell outlived a rollback with kill_processes")
+		t.Fatal("the shell outlived a rollback with kill_processes")
 	}
 }

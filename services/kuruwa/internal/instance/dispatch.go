@@ -2,13 +2,12 @@ package instance
 
 import (
 	"encoding/json"
-	"fmt"
 	"io"
 	"strings"
 	"syscall"
 	"time"
 
-	"github.com/allox-os/allox/services/kuruwa/internal/term"
+	"github.com/allox-os/allox/internal/term"
 	"github.com/allox-os/allox/services/kuruwa/internal/wire"
 	"golang.org/x/sys/unix"
 )
@@ -205,7 +204,7 @@ func follow(c *wire.Conn, t *term.Terminal, from uint64, keep bool) {
 func (s *Server) attach(c *wire.Conn, t *term.Terminal) {
 	snap, from := t.SnapshotAt()
 	_ = c.Reply(struct{}{}, nil)
-	if err := c.Send(wire.Frame{Seq: from, Output: []byte(render(snap))}); err != nil {
+	if err := c.Send(wire.Frame{Seq: from, Output: []byte(snap.Render())}); err != nil {
 		return
 	}
 	go func() {
@@ -224,23 +223,6 @@ func (s *Server) attach(c *wire.Conn, t *term.Terminal) {
 		}
 	}()
 	follow(c, t, from, true)
-}
-
-// render draws a snapshot on a blank terminal.
-func render(s term.Snapshot) string {
-	var b strings.Builder
-	b.WriteString("\x1b[H\x1b[2J")
-	if s.Alt {
-		b.WriteString("\x1b[?1049h\x1b[H\x1b[2J")
-	}
-	for i, l := range s.Lines {
-		if i > 0 {
-			b.WriteString("\r\n")
-		}
-		b.WriteString(l)
-	}
-	fmt.Fprintf(&b, "\x1b[%d;%dH", s.CursorRow+1, s.CursorCol+1)
-	return b.String()
 }
 
 func (s *Server) transcript(c *wire.Conn, a wire.TailArgs) bool {

@@ -11,7 +11,7 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/allox-os/allox/services/kuruwa/internal/term"
+	"github.com/allox-os/allox/internal/term"
 	"github.com/allox-os/allox/services/kuruwa/internal/wire"
 	"golang.org/x/sys/unix"
 )

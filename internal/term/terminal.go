@@ -1,6 +1,8 @@
-// Package term is one Kuruwa terminal: a process on a PTY, one reader per PTY feeding a
-// server-side emulator (the screen), a bounded ring of output addressed by sequence offsets (for
-// tail), an append-only raw transcript, and the exit status kept after the process exits.
+// Package term is one terminal, Kuruwa's and the Probe's fallback terminal's: a process on a PTY,
+// one reader per PTY feeding a server-side emulator (the screen), a bounded ring of output
+// addressed by sequence offsets (for tail), an append-only raw transcript, and the exit status
+// kept after the process exits. The process is a local program on a PTY of its own (Start) or any
+// Process, such as a run on a terminal of the workspace daemon's (Attach).
 package term
 
 import (
@@ -36,10 +38,24 @@ type Status struct {
 	Offset   uint64
 }
 
-// Terminal is a running or exited program on a PTY.
+// Process is a terminal's program together with its side of the terminal.
+type Process interface {
+	// Read is the terminal's output; it fails (EOF, EIO) once nothing holds the terminal.
+	Read(p []byte) (int, error)
+	// Write is input to the terminal.
+	Write(p []byte) (int, error)
+	Resize(cols, rows int) error
+	Signal(sig syscall.Signal) error
+	// Wait blocks until the program has exited: its exit code (128+n for a signal) and signal.
+	Wait() (code int, signal string)
+	Pid() int
+	// Close ends the terminal's output side, so that Read ends.
+	Close() error
+}
+
+// Terminal is a running or exited program on a terminal.
 type Terminal struct {
-	ptm        *os.File
-	cmd        *exec.Cmd
+	proc       Process
 	screen     *Screen
 	ring       *Ring
 	transcript *os.File
@@ -66,14 +82,20 @@ func Start(spec Spec, transcript *os.File) (*Terminal, error) {
 	if err != nil {
 		return nil, fmt.Errorf("start %s: %w", spec.Argv[0], err)
 	}
+	return Attach(spec, &ptyProcess{ptm: ptm, cmd: cmd}, transcript), nil
+}
+
+// Attach makes a terminal of a started process: spec's size, ring and scrollback (its Argv, Dir
+// and Env are the process's business). The terminal owns proc and transcript.
+func Attach(spec Spec, proc Process, transcript *os.File) *Terminal {
 	t := &Terminal{
-		ptm: ptm, cmd: cmd, transcript: transcript,
+		proc: proc, transcript: transcript,
 		ring: NewRing(spec.RingBytes), done: make(chan struct{}), outDone: make(chan struct{}),
 	}
 	t.screen = NewScreen(spec.Cols, spec.Rows, spec.ScrollbackLines, func(b []byte) { _, _ = t.write(b) })
 	go t.readOutput()
 	go t.wait()
-	return t, nil
+	return t
 }
 
 // readOutput is the one reader of the PTY.
@@ -81,7 +103,7 @@ func (t *Terminal) readOutput() {
 	defer close(t.outDone)
 	buf := make([]byte, 32*1024)
 	for {
-		n, err := t.ptm.Read(buf)
+		n, err := t.proc.Read(buf)
 		if n > 0 {
 			p := buf[:n]
 			t.outMu.Lock()
@@ -103,17 +125,7 @@ func (t *Terminal) readOutput() {
 }
 
 func (t *Terminal) wait() {
-	err := t.cmd.Wait()
-	code, sig := 0, ""
-	var ee *exec.ExitError
-	if errors.As(err, &ee) {
-		code = ee.ExitCode()
-		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
-			code, sig = 128+int(ws.Signal()), ws.Signal().String()
-		}
-	} else if err != nil {
-		code = -1
-	}
+	code, sig := t.proc.Wait()
 	// Background children may keep the PTY open; output already written is drained, and the
 	// PTY is closed so the reader ends.
 	t.mu.Lock()
@@ -129,7 +141,7 @@ func drainAndClose(t *Terminal) {
 	defer timer.Stop()
 	select {
 	case <-t.outDone:
-		_ = t.ptm.Close()
+		_ = t.proc.Close()
 	case <-timer.C:
 	}
 	t.ring.Close()
@@ -143,7 +155,7 @@ func (t *Terminal) Done() <-chan struct{} { return t.done }
 func (t *Terminal) Status() Status {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	return Status{Running: !t.exited, PID: t.cmd.Process.Pid, ExitCode: t.code, Signal: t.signal, Offset: t.ring.End()}
+	return Status{Running: !t.exited, PID: t.proc.Pid(), ExitCode: t.code, Signal: t.signal, Offset: t.ring.End()}
 }
 
 // Write sends input bytes to the program.
@@ -166,7 +178,7 @@ func (t *Terminal) write(p []byte) (int, error) {
 		return 0, ErrExited
 	default:
 	}
-	n, err := t.ptm.Write(p)
+	n, err := t.proc.Write(p)
 	if err != nil {
 		return n, fmt.Errorf("write to terminal: %w", err)
 	}
@@ -185,7 +197,7 @@ func (t *Terminal) Resize(cols, rows int) error {
 	if cols <= 0 || rows <= 0 || cols > 1000 || rows > 1000 {
 		return fmt.Errorf("size %dx%d: columns and rows must be between 1 and 1000", cols, rows)
 	}
-	if err := pty.Setsize(t.ptm, &pty.Winsize{Cols: uint16(cols), Rows: uint16(rows)}); err != nil && !t.Status().Running {
+	if err := t.proc.Resize(cols, rows); err != nil && !t.Status().Running {
 		return ErrExited
 	} else if err != nil {
 		return fmt.Errorf("resize: %w", err)
@@ -199,7 +211,7 @@ func (t *Terminal) Signal(sig syscall.Signal) error {
 	if !t.Status().Running {
 		return ErrExited
 	}
-	if err := syscall.Kill(-t.cmd.Process.Pid, sig); err != nil {
+	if err := t.proc.Signal(sig); err != nil {
 		return fmt.Errorf("signal %s: %w", sig, err)
 	}
 	return nil
@@ -223,3 +235,36 @@ func (t *Terminal) Ring() *Ring { return t.ring }
 func (t *Terminal) Bracketed() bool { return t.screen.Snapshot().Bracketed }
 
 var _ io.Writer = (*Terminal)(nil)
+
+// ptyProcess is a local program on a PTY of its own.
+type ptyProcess struct {
+	ptm *os.File
+	cmd *exec.Cmd
+}
+
+func (p *ptyProcess) Read(b []byte) (int, error)  { return p.ptm.Read(b) }
+func (p *ptyProcess) Write(b []byte) (int, error) { return p.ptm.Write(b) }
+func (p *ptyProcess) Close() error                { return p.ptm.Close() }
+func (p *ptyProcess) Pid() int                    { return p.cmd.Process.Pid }
+
+func (p *ptyProcess) Resize(cols, rows int) error {
+	return pty.Setsize(p.ptm, &pty.Winsize{Cols: uint16(cols), Rows: uint16(rows)})
+}
+
+// Signal signals the program's process group.
+func (p *ptyProcess) Signal(sig syscall.Signal) error { return syscall.Kill(-p.cmd.Process.Pid, sig) }
+
+func (p *ptyProcess) Wait() (int, string) {
+	err := p.cmd.Wait()
+	var ee *exec.ExitError
+	switch {
+	case errors.As(err, &ee):
+		if ws, ok := ee.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+			return 128 + int(ws.Signal()), ws.Signal().String()
+		}
+		return ee.ExitCode(), ""
+	case err != nil:
+		return -1, ""
+	}
+	return 0, ""
+}

@@ -1,6 +1,7 @@
 package term
 
 import (
+	"fmt"
 	"io"
 	"strings"
 	"sync"
@@ -28,6 +29,24 @@ type Snapshot struct {
 	Cols, Rows           int
 	// Bracketed reports whether the program enabled bracketed paste (mode 2004).
 	Bracketed bool
+}
+
+// Render draws the snapshot on a blank terminal (as text: colours are not redrawn), leaving the
+// cursor where the program had it: what an attaching client is sent before the output that follows.
+func (s Snapshot) Render() string {
+	var b strings.Builder
+	b.WriteString("\x1b[H\x1b[2J")
+	if s.Alt {
+		b.WriteString("\x1b[?1049h\x1b[H\x1b[2J")
+	}
+	for i, l := range s.Lines {
+		if i > 0 {
+			b.WriteString("\r\n")
+		}
+		b.WriteString(l)
+	}
+	fmt.Fprintf(&b, "\x1b[%d;%dH", s.CursorRow+1, s.CursorCol+1)
+	return b.String()
 }
 
 // NewScreen returns an emulator of cols×rows keeping scrollback lines of history; replies to the
