@@ -57,7 +57,7 @@ func sessionInfo(t *testing.T, url, session string) rpc.SessionInfo {
 func TestSessionSocket(t *testing.T) {
 	root, dir, cg := btrfsRoot(t), socketsDir(t), testCgroupParent(t)
 	bin := build(t)
-	url, stop := stoppable(t, bin, root, "--session-sockets", dir, "--cgroup-parent", cg)
+	url, stop := stoppable(t, bin, root, "--session-sockets", dir, "--cgroup-parent", cg, "--turn-checkpoints")
 	mustPost(t, url, `{"action":"agent.create","params":{"agent_id":"a"}}`)
 	for _, s := range []string{"s1", "s2"} {
 		mustPost(t, url, `{"action":"session.create","params":{"agent_id":"a","session_id":"`+s+`"}}`)

@@ -48,6 +48,10 @@ type Config struct {
 	State string
 	// KillOnRollback is the default of session.rollback's kill_processes.
 	KillOnRollback bool
+	// TurnCheckpoints turns the Session/Turn checkpoint policy on for every agent and session
+	// without a setting of their own (a baseline at session.create, turn-<id> after each
+	// successful turn); off by default, as the seed says ("once enabled").
+	TurnCheckpoints bool
 	// Bwrap is the bubblewrap binary; CgroupParent the cgroup (below the cgroup2 mount) that holds
 	// every agent's and session's group.
 	Bwrap        string
@@ -151,6 +155,7 @@ func ParseFlags(args []string, stderr io.Writer) (Config, error) {
 	fset.StringVar(&c.TokenFile, "token-file", "", "`file` holding the host listener's bearer token (mode 0600); the host listener stays closed while it is missing or empty")
 	fset.StringVar(&c.State, "state", "", "`directory` for the daemon's state, outside every workspace (default ROOT/.allox-state)")
 	fset.BoolVar(&c.KillOnRollback, "kill-session-processes-on-rollback", false, "session.rollback kills the session's processes unless the request says kill_processes: false")
+	fset.BoolVar(&c.TurnCheckpoints, "turn-checkpoints", false, "checkpoint every session at creation (\"baseline\") and after each successful turn (\"turn-<id>\") unless its agent or the session turns it off (agent.update, session.update)")
 	fset.StringVar(&c.Bwrap, "bwrap", "bwrap", "bubblewrap `binary` for tracked runs")
 	fset.StringVar(&c.CgroupParent, "cgroup-parent", "allox", "cgroup below the cgroup2 mount that holds the agents' and sessions' groups")
 	fset.BoolVar(&c.SystemOnly, "system-only", false, "serve only system.* actions, without the workspace runtime")
