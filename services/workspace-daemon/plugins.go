@@ -19,8 +19,10 @@ func knownPlugins(cfg daemon.Config) []plugin.Plugin {
 			Enabled: cfg.SessionNetworkOn(), SessionParams: []string{"network"}},
 		{Manifest: plugin.Manifest{Name: "system-effects"}, Flag: "--observer", Enabled: cfg.Observer,
 			StartParams: []string{"recovery", "checkpoint_id"}},
+		{Manifest: plugin.Manifest{Name: "monitor"}, Flag: "--monitor-root", Enabled: cfg.MonitorRoot != "",
+			StartParams: []string{"traceparent"}},
 	}
-	for i, install := range []func(daemon.Config, *plugin.Plugin){installProcessTree, installSessionShare, installSessionNetwork, installSystemEffects} {
+	for i, install := range []func(daemon.Config, *plugin.Plugin){installProcessTree, installSessionShare, installSessionNetwork, installSystemEffects, installMonitor} {
 		if install != nil {
 			install(cfg, &known[i])
 		}

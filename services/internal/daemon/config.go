@@ -11,6 +11,7 @@ import (
 	"io"
 	"net"
 	"net/netip"
+	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
@@ -109,6 +110,12 @@ type Config struct {
 	// every workspace; Client the allox client bound into every sandboxed run with the python
 	// shims beside it ("" binds none).
 	SessionSockets, Client string
+	// MonitorRoot enables the monitor plugin and is where it keeps its journals, outside every
+	// workspace; MonitorSessionBytes bounds each session's journal; MonitorExport, if set, is an
+	// upstream OTLP/HTTP endpoint that receives a copy of everything (the platform's collector).
+	MonitorRoot         string
+	MonitorSessionBytes int64
+	MonitorExport       string
 }
 
 // QuotasOn reports whether the store's space limits are on.
@@ -208,6 +215,9 @@ func ParseFlags(args []string, stderr io.Writer) (Config, error) {
 		return nil
 	})
 	fset.StringVar(&c.SessionNetworkPolicy, "session-network-policy", DefaultSessionNetworkPolicy, "egress policy `file` of the session network's broker, outside every workspace (reload: SIGHUP or network.reload)")
+	fset.StringVar(&c.MonitorRoot, "monitor-root", "", "enable the monitor plugin (OTLP receiver per session, allox monitor, summaries, reports) keeping its journals in this `directory`, outside every workspace, e.g. /var/lib/allox/monitor")
+	fset.Func("monitor-session-bytes", "`size` bound of each session's monitor journal, e.g. 32MiB (it keeps at most twice this; default 32MiB)", sizeFlag(&c.MonitorSessionBytes))
+	fset.StringVar(&c.MonitorExport, "monitor-export", "", "upstream OTLP/HTTP `endpoint` that receives a copy of everything the monitor records, e.g. http://collector:4318 (needs --monitor-root)")
 	fset.StringVar(&c.SessionSockets, "session-sockets", DefaultSessionSockets, "`directory` of the sessions' own sockets, outside every workspace (the daemon makes it 0711 and clears it at start)")
 	fset.StringVar(&c.Client, "client", DefaultClient, "the allox client `program` bound at "+ClientTarget+" in every sandboxed run, with share.py and network.py beside it (\"\": bind none)")
 	if err := fset.Parse(args); err != nil {
@@ -405,6 +415,19 @@ func (c Config) validateSessionNetwork() []error {
 		errs = append(errs, fmt.Errorf("--session-network-policy %q: name the policy file by its absolute path, outside every workspace, e.g. %s", c.SessionNetworkPolicy, DefaultSessionNetworkPolicy))
 	case c.Root != "" && (p == filepath.Clean(c.Root) || strings.HasPrefix(p, filepath.Clean(c.Root)+"/")):
 		errs = append(errs, fmt.Errorf("--session-network-policy %s is inside the workspace store %s (--root): keep the policy outside every workspace, e.g. %s", c.SessionNetworkPolicy, c.Root, DefaultSessionNetworkPolicy))
+	}
+	switch p := filepath.Clean(c.MonitorRoot); {
+	case c.MonitorRoot == "":
+		if c.MonitorExport != "" || c.MonitorSessionBytes != 0 {
+			errs = append(errs, errors.New("--monitor-export and --monitor-session-bytes need --monitor-root: the monitor is enabled by naming its directory"))
+		}
+	case !filepath.IsAbs(p):
+		errs = append(errs, fmt.Errorf("--monitor-root %q: name the directory by its absolute path, outside every workspace, e.g. /var/lib/allox/monitor", c.MonitorRoot))
+	case c.Root != "" && (p == filepath.Clean(c.Root) || strings.HasPrefix(p, filepath.Clean(c.Root)+"/")):
+		errs = append(errs, fmt.Errorf("--monitor-root %s is inside the workspace store %s (--root): keep the journals outside every workspace (and so outside every rollback), e.g. /var/lib/allox/monitor", c.MonitorRoot, c.Root))
+	}
+	if u, err := url.Parse(c.MonitorExport); c.MonitorExport != "" && (err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "") {
+		errs = append(errs, fmt.Errorf("--monitor-export %q: name an OTLP/HTTP endpoint, e.g. http://collector:4318", c.MonitorExport))
 	}
 	return errs
 }

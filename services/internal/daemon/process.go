@@ -50,7 +50,7 @@ func (h workspaceHandlers) processStart(ctx context.Context, c *Call) (any, erro
 	undo := func() {}
 	if h.plugins != nil {
 		req.Extra = h.plugins.Extra()
-		base := plugin.RunStart{AgentID: p.AgentID, SessionID: p.SessionID, Managed: p.Managed}
+		base := plugin.RunStart{AgentID: p.AgentID, SessionID: p.SessionID, Managed: p.Managed, Argv: p.Argv, Env: p.Env}
 		run, err := h.plugins.StartRun(ctx, base, owned)
 		if err != nil {
 			return nil, err
