@@ -201,3 +201,22 @@ func TestMonitorMalformedOTLP(t *testing.T) {
 		t.Errorf("spans after the valid exports: %q", got)
 	}
 }
+
+// TestMonitorBadTraceparent: a process.start whose traceparent is not a W3C traceparent is refused
+// naming params.traceparent, and nothing runs.
+func TestMonitorBadTraceparent(t *testing.T) {
+	url := monitorDaemon(t)
+	mustPost(t, url, `{"action":"agent.create","params":{"agent_id":"a"}}`)
+	mustPost(t, url, `{"action":"session.create","params":{"agent_id":"a","session_id":"s","network":"disabled"}}`)
+	for _, tp := range []string{`"00-zz-00f067aa0ba902b7-01"`, `42`, `"00-00000000000000000000000000000000-00f067aa0ba902b7-01"`} {
+		_, rerr := call(t, url, "", "process.start", `{"agent_id":"a","session_id":"s","argv":["/bin/true"],"traceparent":`+tp+`}`)
+		if rerr == nil || rerr.Field != "params.traceparent" {
+			t.Errorf("traceparent %s: %+v, want refused naming params.traceparent", tp, rerr)
+		}
+	}
+	var list struct{ Runs []json.RawMessage }
+	must(t, json.Unmarshal(mustPost(t, url, `{"action":"process.list","params":{"agent_id":"a","session_id":"s"}}`), &list))
+	if len(list.Runs) != 0 {
+		t.Errorf("runs after the refusals: %d, want none", len(list.Runs))
+	}
+}
