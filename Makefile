@@ -77,6 +77,7 @@ bench: image
 	$(GO) test -run '^$$' -bench . -benchtime 200x ./services/workspace-daemon/
 	$(GO) test -run '^$$' -bench SpawnStorm -benchtime 5x ./services/internal/proctree/
 	$(GO) test -run '^$$' -bench Proxy -benchtime 1x ./services/internal/netbroker/
+	$(GO) test -run '^$$' -bench OTLPIngest -benchtime 300x ./services/internal/monitor/
 	$(GO) test -run '^$$' -bench 'Share/(cp|read-100|write)' -benchtime 5x ./services/internal/sessionshare/
 	$(GO) test -run '^$$' -bench 'Share/read-4KiB' -benchtime 2000x ./services/internal/sessionshare/
 	$(GO) test -run '^$$' -bench Overhead -benchtime 10x ./services/internal/effects/lifecycle/
