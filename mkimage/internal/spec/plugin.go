@@ -9,7 +9,7 @@ import (
 
 // KnownPlugins are the optional plugins a service's plugins attribute may name. Each is linked
 // into the service's binary only when asked for, by building it with PluginTag(name).
-var KnownPlugins = []string{PluginProcessTree, PluginSessionNetwork, PluginSessionShare, PluginSystemEffects}
+var KnownPlugins = []string{PluginMonitor, PluginProcessTree, PluginSessionNetwork, PluginSessionShare, PluginSystemEffects}
 
 // Plugin names.
 const (
@@ -17,6 +17,7 @@ const (
 	PluginSessionNetwork = "session-network" // per-session network namespaces, the proxy and its broker
 	PluginSessionShare   = "session-share"   // file access between sessions through their sockets (allox share)
 	PluginSystemEffects  = "system-effects"  // the system-effects observer, its verifiers and recover step
+	PluginMonitor        = "monitor"         // the OTLP receiver per session, run profiling, summaries and reports (--monitor-root)
 )
 
 // PluginProgram is a separate program a plugin installs beside the service it is linked into.
