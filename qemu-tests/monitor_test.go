@@ -62,7 +62,11 @@ func TestMonitorResourcesInGuest(t *testing.T) {
 	for _, r := range res.Records {
 		runs[r.RunID] = r
 	}
-	t.Logf("run records: %+v", res.Records)
+	for _, r := range res.Records {
+		if r.Usage != nil {
+			t.Logf("run %s (turn %s, link %s): %+v", r.RunID, r.TurnID, r.Link, *r.Usage)
+		}
+	}
 	switch r := runs[busy.RunID]; {
 	case r.Usage == nil || r.Usage.CPUUsec == 0:
 		t.Errorf("the busy loop's usage %+v: want CPU time above 0", r.Usage)
@@ -84,4 +88,5 @@ func TestMonitorResourcesInGuest(t *testing.T) {
 	if len(sum.ByMemory) == 0 || sum.ByMemory[0].RunID != alloc.RunID {
 		t.Errorf("monitor.summary's costliest runs by memory: %+v, want the allocation %s first", sum.ByMemory, alloc.RunID)
 	}
+	b.powerOff(ctx, t)
 }

@@ -5,6 +5,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"slices"
 	"strconv"
 	"testing"
@@ -54,6 +55,9 @@ func BenchmarkOTLPIngest(b *testing.B) {
 	defer m.Close()
 	port, err := m.port(key{"a", "s"})
 	if err != nil {
+		b.Fatal(err)
+	}
+	if err := m.enterNS(key{"a", "s"}, os.Getpid()); err != nil { // as a run in the daemon's namespace
 		b.Fatal(err)
 	}
 	base := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { _, _ = io.Copy(io.Discard, r.Body) }))

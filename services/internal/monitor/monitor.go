@@ -98,9 +98,12 @@ type Monitor struct {
 	closed   bool
 }
 
-// endpoint is one session's receiver: its port, and its listeners, by network namespace.
+// endpoint is one session's receiver: its port, reserved in the daemon's namespace by a socket
+// bound to it (not listening, so it refuses connections: no other session gets the port, and
+// nobody reaches the session there before its runs do), and its listeners, by network namespace.
 type endpoint struct {
 	port    int
+	reserve *os.File                // the bound socket, until it listens (a run in the daemon's namespace)
 	servers map[uint64]*http.Server // by namespace inode
 }
 
@@ -149,8 +152,7 @@ func (m *Monitor) Contribution() *plugin.Contribution {
 	}
 }
 
-// port returns the session's receiver port, opening its listener in the daemon's namespace at the
-// session's first run.
+// port returns the session's receiver port, reserving one at the session's first run.
 func (m *Monitor) port(k key) (int, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -160,14 +162,12 @@ func (m *Monitor) port(k key) (int, error) {
 	if ep, ok := m.sessions[k]; ok {
 		return ep.port, nil
 	}
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	f, port, err := reservePort()
 	if err != nil {
-		return 0, fmt.Errorf("monitor: the session's OTLP receiver: %w", err)
+		return 0, fmt.Errorf("monitor: reserve the session's OTLP port: %w", err)
 	}
-	ep := &endpoint{port: ln.Addr().(*net.TCPAddr).Port, servers: map[uint64]*http.Server{}}
-	m.sessions[k] = ep
-	m.serve(k, ep, m.ownNS, ln)
-	return ep.port, nil
+	m.sessions[k] = &endpoint{port: port, reserve: f, servers: map[uint64]*http.Server{}}
+	return port, nil
 }
 
 // serve serves the session's receiver on ln (m.mu held).
@@ -182,9 +182,10 @@ func (m *Monitor) serve(k key, ep *endpoint, ns uint64, ln net.Listener) {
 }
 
 // enterNS makes sure the session's receiver listens on its port inside the network namespace of
-// process pid (a run's, before its command is released): a session in its own namespace (the
-// session network's isolated and proxy modes) reaches the receiver there and only there, so its
-// listener in the daemon's namespace is closed.
+// process pid (a run's, before its command is released): in the daemon's namespace on the
+// reserved socket, or inside the session's own namespace (the session network's isolated and
+// proxy modes), where its runs reach it and nobody else does; the reservation in the daemon's
+// namespace then stays unlistened.
 func (m *Monitor) enterNS(k key, pid int) error {
 	path := fmt.Sprintf("/proc/%d/ns/net", pid)
 	ino, err := nsInode(path)
@@ -197,11 +198,15 @@ func (m *Monitor) enterNS(k key, pid int) error {
 	if !ok || ep.servers[ino] != nil {
 		return nil
 	}
-	if ino == m.ownNS { // a session back in the daemon's namespace (never, today): listen again
-		ln, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", ep.port))
+	if ino == m.ownNS {
+		if ep.reserve == nil {
+			return errors.New("BUG: monitor: the session's reserved port is gone")
+		}
+		ln, err := listenReserved(ep.reserve)
 		if err != nil {
 			return fmt.Errorf("monitor: the session's OTLP receiver on port %d: %w", ep.port, err)
 		}
+		ep.reserve = nil
 		m.serve(k, ep, ino, ln)
 		return nil
 	}
@@ -213,10 +218,6 @@ func (m *Monitor) enterNS(k key, pid int) error {
 	ln, err := m.listen(ns, "tcp", fmt.Sprintf("127.0.0.1:%d", ep.port))
 	if err != nil {
 		return fmt.Errorf("monitor: the session's OTLP receiver in its network namespace: %w", err)
-	}
-	if srv := ep.servers[m.ownNS]; srv != nil {
-		_ = srv.Close()
-		delete(ep.servers, m.ownNS)
 	}
 	m.serve(k, ep, ino, ln)
 	return nil
@@ -230,11 +231,18 @@ func (m *Monitor) deleted(agent, session string) error {
 	delete(m.sessions, key{agent, session})
 	m.mu.Unlock()
 	if ep != nil {
-		for _, srv := range ep.servers {
-			_ = srv.Close()
-		}
+		ep.close()
 	}
 	return nil
+}
+
+func (ep *endpoint) close() {
+	for _, srv := range ep.servers {
+		_ = srv.Close()
+	}
+	if ep.reserve != nil {
+		_ = ep.reserve.Close()
+	}
 }
 
 // Close stops every receiver and the export.
@@ -245,9 +253,7 @@ func (m *Monitor) Close() error {
 	m.sessions = map[key]*endpoint{}
 	m.mu.Unlock()
 	for _, ep := range eps {
-		for _, srv := range ep.servers {
-			_ = srv.Close()
-		}
+		ep.close()
 	}
 	if m.cfg.Export != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
