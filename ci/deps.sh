@@ -16,6 +16,8 @@ packages=(
   busybox-static curl ca-certificates
   # the integration tests' in-sandbox clients (session socket, session network and share streams)
   python3
+  # the monitor's HTML report rendered in a real headless browser (TestMonitorInARealRun)
+  chromium
 )
 
 missing=()

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -13,6 +14,7 @@ import (
 	"time"
 
 	"github.com/allox-os/allox/internal/rpc"
+	"github.com/allox-os/allox/internal/testenv"
 	"github.com/allox-os/allox/services/internal/monitor"
 	"github.com/google/go-cmp/cmp"
 )
@@ -236,6 +238,57 @@ func TestMonitorInARealRun(t *testing.T) {
 	var inSession monitor.Summary
 	must(t, json.Unmarshal([]byte(out2), &inSession))
 	checkSummary(t, "allox monitor summary", inSession, toolRun["busy"])
+
+	t.Run("the report in a real browser, with no network", func(t *testing.T) {
+		r, _, stderr := monitorRun(t, url, "s1", map[string]any{"argv": []string{"/run/allox/bin/allox", "monitor", "report", "-o", "report.html"}})
+		if !exited0(r) {
+			t.Fatalf("allox monitor report: %+v %q", r, stderr)
+		}
+		browseReport(t, filepath.Join(getSession(t, url, "s1").Current, "report.html"),
+			[]string{"Turn 1 — succeeded", "tool: busy", "tool: alloc", "model: chat test-model", "agent: invoke_agent otelagent", "test-model · 123 in / 45 out tokens",
+				"run: otelagent", "otelagent busy 400] · exit 0 · CPU", "Outside any turn"})
+	})
+}
+
+// browseReport loads the report in Debian's headless chromium inside a network namespace of its
+// own (no network at all), checks that the rendered page names every want, and keeps a screenshot
+// under out/test-artifacts/.
+func browseReport(t *testing.T, report string, want []string) {
+	t.Helper()
+	chromium := testenv.Tool(t, "chromium", "apt-get install chromium (ci/deps.sh)")
+	unshare := testenv.Tool(t, "unshare", "apt-get install util-linux")
+	dir := t.TempDir()
+	page := filepath.Join(dir, "report.html")
+	data, err := os.ReadFile(report)
+	must(t, err)
+	must(t, os.WriteFile(page, data, 0o644))
+	browse := func(args ...string) []byte {
+		args = append([]string{"-n", chromium, "--headless", "--no-sandbox", "--disable-gpu", "--user-data-dir=" + filepath.Join(dir, "profile"),
+			"--window-size=1280,1400"}, append(args, "file://"+page)...)
+		cmd := exec.Command(unshare, args...)
+		cmd.Env = append(os.Environ(), "HOME="+dir)
+		out, err := cmd.Output()
+		if err != nil {
+			t.Fatalf("chromium %v: %v", args, err)
+		}
+		return out
+	}
+	dom := string(browse("--dump-dom"))
+	for _, w := range want {
+		if !strings.Contains(dom, w) {
+			t.Errorf("the rendered report does not show %q", w)
+		}
+	}
+	shot := filepath.Join(dir, "report.png")
+	browse("--screenshot=" + shot)
+	png, err := os.ReadFile(shot)
+	if err != nil || !bytes.HasPrefix(png, []byte("\x89PNG")) {
+		t.Fatalf("chromium's screenshot: %v (%d bytes)", err, len(png))
+	}
+	keep := filepath.Join(testenv.Out(), "test-artifacts", "monitor-report.png")
+	if err := os.MkdirAll(filepath.Dir(keep), 0o755); err == nil && os.WriteFile(keep, png, 0o644) == nil {
+		t.Logf("the report's screenshot: %s", keep)
+	}
 }
 
 func checkSummary(t *testing.T, what string, s monitor.Summary, busyRun string) {

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"html/template"
+	"path/filepath"
 	"slices"
 	"time"
 
@@ -58,7 +59,7 @@ func Report(agent, session string, recs []Record, turns []workspace.Turn) (strin
 		rw := row{Kind: r.Category, Name: r.Name, Start: r.Start, MS: r.DurationMS, Error: r.Error, Failed: r.Status == "error"}
 		switch {
 		case r.Kind == KindRun:
-			rw.Kind, rw.Detail = "run", runDetail(r)
+			rw.Kind, rw.Name, rw.Detail = "run", filepath.Base(r.Name), runDetail(r)
 		case r.Category == CategoryModel:
 			rw.Detail = fmt.Sprintf("%s · %d in / %d out tokens", r.Model, r.InputTokens, r.OutputTokens)
 		case r.Category == CategoryTool && r.Tool != "":
@@ -78,7 +79,7 @@ func Report(agent, session string, recs []Record, turns []workspace.Turn) (strin
 		return rs
 	}
 	for _, t := range turns {
-		tv := turnView{ID: t.TurnID, Outcome: t.Outcome, Checkpoint: t.Checkpoint, Rows: sortRows(rows[t.TurnID])}
+		tv := turnView{ID: t.TurnID, Title: "Turn " + t.TurnID + " — " + t.Outcome, Outcome: t.Outcome, Checkpoint: t.Checkpoint, Rows: sortRows(rows[t.TurnID])}
 		var end time.Time
 		if t.Ended != nil {
 			end = *t.Ended
@@ -92,11 +93,11 @@ func Report(agent, session string, recs []Record, turns []workspace.Turn) (strin
 		v.Turns = append(v.Turns, tv)
 	}
 	for _, id := range sortedKeys(rows) { // records of no turn (or of a turn the history lost)
-		name := id
-		if name == "" {
-			name = "(outside any turn)"
+		title := "Turn " + id + " (not in the session's history)"
+		if id == "" {
+			title = "Outside any turn"
 		}
-		v.Turns = append(v.Turns, turnView{ID: name, Outcome: "-", Rows: sortRows(rows[id])})
+		v.Turns = append(v.Turns, turnView{ID: id, Title: title, Rows: sortRows(rows[id])})
 	}
 	var buf bytes.Buffer
 	if err := reportTemplate.Execute(&buf, v); err != nil {
@@ -124,7 +125,7 @@ type reportView struct {
 }
 
 type turnView struct {
-	ID, Outcome, Checkpoint string
+	ID, Title, Outcome, Checkpoint string
 	Left, Width             float64
 	Rows                    []row
 }
@@ -163,8 +164,8 @@ table{border-collapse:collapse;margin:.5em 0 1.5em}td,th{border:1px solid #ccc;p
 {{range .Summary.Models}}<tr><td>{{.Model}}</td><td>{{.Calls}}</td><td>{{.Errors}}</td><td>{{.InputTokens}}</td><td>{{.OutputTokens}}</td><td>{{ms .P50MS}}</td><td>{{ms .P95MS}}</td></tr>
 {{end}}</table>
 <h2>Timeline</h2>
-{{range .Turns}}<div class="turn" id="turn-{{.ID}}"><h3>Turn {{.ID}} — {{.Outcome}}{{if .Checkpoint}} · checkpoint {{.Checkpoint}}{{end}}</h3>
-<div class="row"><div class="label">turn {{.ID}}</div><div class="lane"><div class="bar turnbar" style="left:{{pct .Left}};width:{{pct .Width}}"></div></div></div>
+{{range .Turns}}<div class="turn" id="turn-{{.ID}}"><h3>{{.Title}}{{if .Checkpoint}} · checkpoint {{.Checkpoint}}{{end}}</h3>
+{{if .Width}}<div class="row"><div class="label">turn {{.ID}}</div><div class="lane"><div class="bar turnbar" style="left:{{pct .Left}};width:{{pct .Width}}"></div></div></div>{{end}}
 {{range .Rows}}<div class="row"><div class="label">{{.Kind}}: {{.Name}} ({{ms .MS}})</div><div class="lane"><div class="bar {{.Kind}}{{if .Failed}} failed{{end}}" style="left:{{pct .Left}};width:{{pct .Width}}"></div></div></div>
 {{if or .Detail .Error}}<div class="detail">{{.Detail}}{{if .Error}} · error: {{.Error}}{{end}}</div>{{end}}
 {{end}}</div>
