@@ -238,6 +238,19 @@ func TestMonitorInARealRun(t *testing.T) {
 	var inSession monitor.Summary
 	must(t, json.Unmarshal([]byte(out2), &inSession))
 	checkSummary(t, "allox monitor summary", inSession, toolRun["busy"])
+	var across monitor.Summary
+	must(t, json.Unmarshal(mustPost(t, url, `{"action":"monitor.summary","params":{"agent_id":"a"}}`), &across))
+	if across.Sessions != 1 || across.SessionID != "" {
+		t.Errorf("monitor.summary across the agent: %d sessions, session %q; want 1 and none", across.Sessions, across.SessionID)
+	}
+	checkSummary(t, "monitor.summary across the agent", across, toolRun["busy"])
+	var sess struct {
+		Plugins map[string]map[string]string `json:"plugins"`
+	}
+	must(t, json.Unmarshal(mustPost(t, url, `{"action":"session.get","params":{"agent_id":"a","session_id":"s1"}}`), &sess))
+	if ep := sess.Plugins["monitor"]["otlp_endpoint"]; !strings.HasPrefix(ep, "http://127.0.0.1:") {
+		t.Errorf("session.get plugins.monitor: %v, want the session's otlp_endpoint", sess.Plugins)
+	}
 
 	t.Run("the report in a real browser, with no network", func(t *testing.T) {
 		r, _, stderr := monitorRun(t, url, "s1", map[string]any{"argv": []string{"/run/allox/bin/allox", "monitor", "report", "-o", "report.html"}})

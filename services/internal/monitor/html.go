@@ -126,8 +126,8 @@ type reportView struct {
 
 type turnView struct {
 	ID, Title, Outcome, Checkpoint string
-	Left, Width             float64
-	Rows                    []row
+	Left, Width                    float64
+	Rows                           []row
 }
 
 type row struct {

@@ -27,12 +27,14 @@ package monitor
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net"
 	"net/http"
 	"os"
+	"strconv"
 	"sync"
 	"syscall"
 	"time"
@@ -147,7 +149,7 @@ func (m *Monitor) Contribution() *plugin.Contribution {
 		Run:      m.run,
 		RunEnv:   []string{EnvEndpoint, EnvProtocol},
 		Actions:  m.actions(),
-		Sessions: &plugin.SessionHooks{Deleted: m.deleted},
+		Sessions: &plugin.SessionHooks{Deleted: m.deleted, Info: m.info},
 		Close:    m.Close,
 	}
 }
@@ -221,6 +223,19 @@ func (m *Monitor) enterNS(k key, pid int) error {
 	}
 	m.serve(k, ep, ino, ln)
 	return nil
+}
+
+// info is what session.get reports under plugins.monitor: the endpoint the session's runs get,
+// once its first run has made it.
+func (m *Monitor) info(agent, session string) json.RawMessage {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	ep, ok := m.sessions[key{agent, session}]
+	if !ok {
+		return nil
+	}
+	out, _ := json.Marshal(map[string]string{"otlp_endpoint": "http://127.0.0.1:" + strconv.Itoa(ep.port)})
+	return out
 }
 
 // deleted closes a deleted session's receiver; its journal stays for the agent's summary (within
