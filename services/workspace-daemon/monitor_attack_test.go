@@ -9,7 +9,10 @@ import (
 	"testing"
 
 	"github.com/allox-os/allox/services/internal/monitor"
+	colmetrics "go.opentelemetry.io/proto/otlp/collector/metrics/v1"
 	coltrace "go.opentelemetry.io/proto/otlp/collector/trace/v1"
+	commonpb "go.opentelemetry.io/proto/otlp/common/v1"
+	metricspb "go.opentelemetry.io/proto/otlp/metrics/v1"
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
 	"google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/protobuf/proto"
@@ -61,6 +64,17 @@ func TestMonitorSessionsApart(t *testing.T) {
 		}
 		if got := spanNames(t, url, "iso"); len(got) != 1 || got[0] != "injected" {
 			t.Errorf("iso's spans: %q, want its one", got)
+		}
+	})
+	t.Run("a proxy session's run reaches its own receiver past its proxy", func(t *testing.T) {
+		mustPost(t, url, `{"action":"session.create","params":{"agent_id":"a","session_id":"px","network":"proxy"}}`)
+		pxAgent := installAgent(t, url, "px")
+		r, _, stderr := monitorRun(t, url, "px", map[string]any{"argv": []string{"/bin/sh", "-c", pxAgent + ` post "$OTEL_EXPORTER_OTLP_ENDPOINT"`}})
+		if !exited0(r) {
+			t.Fatalf("post to its own receiver with HTTP_PROXY set: %+v %q", r, stderr)
+		}
+		if got := spanNames(t, url, "px"); len(got) != 1 {
+			t.Errorf("px's spans: %q, want its one", got)
 		}
 	})
 	t.Run("another session cannot reach an isolated session's receiver", func(t *testing.T) {
@@ -199,6 +213,44 @@ func TestMonitorMalformedOTLP(t *testing.T) {
 	}
 	if got := spanNames(t, url, "s"); strings.Join(got, ",") != "span,as json" {
 		t.Errorf("spans after the valid exports: %q", got)
+	}
+}
+
+// TestMonitorMetricsAndLogs: OTLP metrics (a GenAI client histogram, by protobuf) and logs (an
+// event, by JSON) through a session's real receiver become records with the model, value, count
+// and event name.
+func TestMonitorMetricsAndLogs(t *testing.T) {
+	url := monitorDaemon(t)
+	mustPost(t, url, `{"action":"agent.create","params":{"agent_id":"a"}}`)
+	mustPost(t, url, `{"action":"session.create","params":{"agent_id":"a","session_id":"s","network":"disabled"}}`)
+	ep := endpointOf(t, url, "s")
+	str := func(k, v string) *commonpb.KeyValue {
+		return &commonpb.KeyValue{Key: k, Value: &commonpb.AnyValue{Value: &commonpb.AnyValue_StringValue{StringValue: v}}}
+	}
+	sum := 300.0
+	point := &metricspb.HistogramDataPoint{Count: 2, Sum: &sum, TimeUnixNano: 1,
+		Attributes: []*commonpb.KeyValue{str("gen_ai.request.model", "test-model"), str("gen_ai.token.type", "input")}}
+	metric := &metricspb.Metric{Name: "gen_ai.client.token.usage", Unit: "{token}",
+		Data: &metricspb.Metric_Histogram{Histogram: &metricspb.Histogram{DataPoints: []*metricspb.HistogramDataPoint{point}}}}
+	metrics, err := proto.Marshal(&colmetrics.ExportMetricsServiceRequest{ResourceMetrics: []*metricspb.ResourceMetrics{
+		{ScopeMetrics: []*metricspb.ScopeMetrics{{Metrics: []*metricspb.Metric{metric}}}}}})
+	must(t, err)
+	logs := `{"resourceLogs":[{"scopeLogs":[{"logRecords":[{"timeUnixNano":"1000","eventName":"gen_ai.user.message","body":{"stringValue":"hello"}}]}]}]}`
+	for _, e := range []struct{ path, ct, body string }{{"/v1/metrics", "application/x-protobuf", string(metrics)}, {"/v1/logs", "application/json", logs}} {
+		resp, err := http.Post(ep+e.path, e.ct, strings.NewReader(e.body))
+		must(t, err)
+		resp.Body.Close()
+		if resp.StatusCode != 200 {
+			t.Fatalf("POST %s: %s", e.path, resp.Status)
+		}
+	}
+	m := records(t, url, "s", monitor.KindMetric)
+	if len(m) != 1 || m[0].Name != "gen_ai.client.token.usage" || m[0].Model != "test-model" || m[0].Value == nil || *m[0].Value != 300 || m[0].Count != 2 || m[0].Unit != "{token}" || m[0].SessionID != "s" {
+		t.Errorf("metric records: %+v", m)
+	}
+	ev := records(t, url, "s", monitor.KindEvent)
+	if len(ev) != 1 || ev[0].Name != "gen_ai.user.message" || ev[0].Attrs["body"] != "hello" || ev[0].Source != monitor.SourceOTLP {
+		t.Errorf("event records: %+v", ev)
 	}
 }
 
