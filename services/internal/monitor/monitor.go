@@ -154,22 +154,33 @@ func (m *Monitor) Contribution() *plugin.Contribution {
 	}
 }
 
-// port returns the session's receiver port, reserving one at the session's first run.
-func (m *Monitor) port(k key) (int, error) {
+// port returns the session's receiver port, reserving one at the session's first run (fresh).
+func (m *Monitor) port(k key) (port int, fresh bool, err error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.closed {
-		return 0, errors.New("monitor: closed")
+		return 0, false, errors.New("monitor: closed")
 	}
 	if ep, ok := m.sessions[k]; ok {
-		return ep.port, nil
+		return ep.port, false, nil
 	}
 	f, port, err := reservePort()
 	if err != nil {
-		return 0, fmt.Errorf("monitor: reserve the session's OTLP port: %w", err)
+		return 0, false, fmt.Errorf("monitor: reserve the session's OTLP port: %w", err)
 	}
 	m.sessions[k] = &endpoint{port: port, reserve: f, servers: map[uint64]*http.Server{}}
-	return port, nil
+	return port, true, nil
+}
+
+// dropIdle releases a session's reservation that no run has listened on: its first
+// process.start failed (an unknown session, a refused request), so nothing was made for it.
+func (m *Monitor) dropIdle(k key) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if ep, ok := m.sessions[k]; ok && len(ep.servers) == 0 {
+		ep.close()
+		delete(m.sessions, k)
+	}
 }
 
 // serve serves the session's receiver on ln (m.mu held).

@@ -65,9 +65,12 @@ func (m *Monitor) run(_ context.Context, r *plugin.RunStart) (plugin.RunHook, er
 			h.tp, h.link = tp, "env"
 		}
 	}
-	port, err := m.port(k)
+	port, fresh, err := m.port(k)
 	if err != nil {
 		return nil, err
+	}
+	if fresh {
+		r.OnFailure(func() { m.dropIdle(k) })
 	}
 	if err := r.SetEnv(EnvEndpoint, "http://127.0.0.1:"+strconv.Itoa(port)); err != nil {
 		return nil, err
