@@ -33,6 +33,16 @@ func endpointOf(t *testing.T, url, session string) string {
 	return ep
 }
 
+// monitorSession starts the monitor's daemon with agent a's session s in the daemon's own network
+// namespace and returns the daemon's URL.
+func monitorSession(t *testing.T) string {
+	t.Helper()
+	url := monitorDaemon(t)
+	mustPost(t, url, `{"action":"agent.create","params":{"agent_id":"a"}}`)
+	mustPost(t, url, `{"action":"session.create","params":{"agent_id":"a","session_id":"s","network":"disabled"}}`)
+	return url
+}
+
 func spanNames(t *testing.T, url, session string) []string {
 	t.Helper()
 	var out []string
@@ -139,9 +149,7 @@ func TestMonitorSessionsApart(t *testing.T) {
 // TestMonitorMalformedOTLP: malformed exports are refused with a 4xx and a google.rpc.Status that
 // says why, nothing is stored, and the receiver keeps serving.
 func TestMonitorMalformedOTLP(t *testing.T) {
-	url := monitorDaemon(t)
-	mustPost(t, url, `{"action":"agent.create","params":{"agent_id":"a"}}`)
-	mustPost(t, url, `{"action":"session.create","params":{"agent_id":"a","session_id":"s","network":"disabled"}}`)
+	url := monitorSession(t)
 	ep := endpointOf(t, url, "s")
 	valid := func(n int) []byte {
 		ss := &tracepb.ScopeSpans{}
@@ -220,9 +228,7 @@ func TestMonitorMalformedOTLP(t *testing.T) {
 // event, by JSON) through a session's real receiver become records with the model, value, count
 // and event name.
 func TestMonitorMetricsAndLogs(t *testing.T) {
-	url := monitorDaemon(t)
-	mustPost(t, url, `{"action":"agent.create","params":{"agent_id":"a"}}`)
-	mustPost(t, url, `{"action":"session.create","params":{"agent_id":"a","session_id":"s","network":"disabled"}}`)
+	url := monitorSession(t)
 	ep := endpointOf(t, url, "s")
 	str := func(k, v string) *commonpb.KeyValue {
 		return &commonpb.KeyValue{Key: k, Value: &commonpb.AnyValue{Value: &commonpb.AnyValue_StringValue{StringValue: v}}}
@@ -257,9 +263,7 @@ func TestMonitorMetricsAndLogs(t *testing.T) {
 // TestMonitorBadTraceparent: a process.start whose traceparent is not a W3C traceparent is refused
 // naming params.traceparent, and nothing runs.
 func TestMonitorBadTraceparent(t *testing.T) {
-	url := monitorDaemon(t)
-	mustPost(t, url, `{"action":"agent.create","params":{"agent_id":"a"}}`)
-	mustPost(t, url, `{"action":"session.create","params":{"agent_id":"a","session_id":"s","network":"disabled"}}`)
+	url := monitorSession(t)
 	for _, tp := range []string{`"00-zz-00f067aa0ba902b7-01"`, `42`, `"00-00000000000000000000000000000000-00f067aa0ba902b7-01"`} {
 		_, rerr := call(t, url, "", "process.start", `{"agent_id":"a","session_id":"s","argv":["/bin/true"],"traceparent":`+tp+`}`)
 		if rerr == nil || rerr.Field != "params.traceparent" {

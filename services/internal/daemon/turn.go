@@ -88,15 +88,27 @@ func policyParam(raw json.RawMessage) (*bool, error) {
 	return nil, rpc.Errorf(rpc.CodeInvalidParams, "params.turn_checkpoints", "params.turn_checkpoints is %s: use true, false or null (follow the level above)", raw)
 }
 
+// updateParams are session.update's.
+type updateParams struct {
+	AgentID         string          `json:"agent_id"`
+	SessionID       string          `json:"session_id"`
+	TurnCheckpoints json.RawMessage `json:"turn_checkpoints"`
+}
+
+// decodeUpdate decodes into p (agent.update's params lack session_id) and the policy setting.
+func decodeUpdate(c *Call, p any, raw func() json.RawMessage) (*bool, error) {
+	if err := rpc.DecodeParams(c.Params, p); err != nil {
+		return nil, err
+	}
+	return policyParam(raw())
+}
+
 func (h workspaceHandlers) agentUpdate(_ context.Context, c *Call) (any, error) {
 	var p struct {
 		AgentID         string          `json:"agent_id"`
 		TurnCheckpoints json.RawMessage `json:"turn_checkpoints"`
 	}
-	if err := rpc.DecodeParams(c.Params, &p); err != nil {
-		return nil, err
-	}
-	on, err := policyParam(p.TurnCheckpoints)
+	on, err := decodeUpdate(c, &p, func() json.RawMessage { return p.TurnCheckpoints })
 	if err != nil {
 		return nil, err
 	}
@@ -108,15 +120,8 @@ func (h workspaceHandlers) agentUpdate(_ context.Context, c *Call) (any, error) 
 }
 
 func (h workspaceHandlers) sessionUpdate(_ context.Context, c *Call) (any, error) {
-	var p struct {
-		AgentID         string          `json:"agent_id"`
-		SessionID       string          `json:"session_id"`
-		TurnCheckpoints json.RawMessage `json:"turn_checkpoints"`
-	}
-	if err := rpc.DecodeParams(c.Params, &p); err != nil {
-		return nil, err
-	}
-	on, err := policyParam(p.TurnCheckpoints)
+	var p updateParams
+	on, err := decodeUpdate(c, &p, func() json.RawMessage { return p.TurnCheckpoints })
 	if err != nil {
 		return nil, err
 	}
