@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net/url"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -30,14 +31,16 @@ const (
 )
 
 // otlpExporter sends span and run records upstream as OTLP spans with the OpenTelemetry Go SDK's
-// OTLP/HTTP exporter, from one goroutine of its own.
+// OTLP/HTTP exporter, from one goroutine of its own, and forwards metric and log exports as the
+// receiver took them.
 type otlpExporter struct {
-	exp     *otlptrace.Exporter
-	queue   chan Record
-	dropped atomic.Int64
-	log     *slog.Logger
-	done    chan struct{}
-	once    sync.Once
+	*forwarder // metrics and logs
+	exp        *otlptrace.Exporter
+	queue      chan Record
+	dropped    atomic.Int64
+	log        *slog.Logger
+	done       chan struct{}
+	once       sync.Once
 }
 
 // NewExporter exports to the OTLP/HTTP endpoint (e.g. http://collector:4318).
@@ -54,7 +57,7 @@ func NewExporter(ctx context.Context, endpoint string, log *slog.Logger) (Export
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
-	e := &otlpExporter{exp: exp, queue: make(chan Record, exportQueue), log: log, done: make(chan struct{})}
+	e := &otlpExporter{forwarder: newForwarder(strings.TrimSuffix(u.String(), "/")), exp: exp, queue: make(chan Record, exportQueue), log: log, done: make(chan struct{})}
 	go e.loop()
 	return e, nil
 }
@@ -112,8 +115,12 @@ func (e *otlpExporter) Shutdown(ctx context.Context) error {
 	case <-e.done:
 	case <-ctx.Done():
 	}
+	e.forwarder.shutdown(ctx)
 	if n := e.dropped.Load(); n > 0 {
 		e.log.Warn("monitor: records dropped from the upstream export (queue full)", "records", n)
+	}
+	if n := e.forwarder.dropped.Load(); n > 0 {
+		e.log.Warn("monitor: metric and log exports dropped upstream (queue full or refused)", "exports", n)
 	}
 	return e.exp.Shutdown(ctx)
 }

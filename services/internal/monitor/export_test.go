@@ -1,23 +1,29 @@
 package monitor
 
 import (
+	"bytes"
 	"context"
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"strconv"
 	"sync"
 	"testing"
 	"time"
 
+	colmetrics "go.opentelemetry.io/proto/otlp/collector/metrics/v1"
 	coltrace "go.opentelemetry.io/proto/otlp/collector/trace/v1"
+	metricspb "go.opentelemetry.io/proto/otlp/metrics/v1"
 	"google.golang.org/protobuf/proto"
 )
 
 // collector is an OTLP/HTTP trace endpoint that keeps what it gets, decoded.
 type collector struct {
-	mu    sync.Mutex
-	spans map[string]map[string]string // span name → string attributes
-	block chan struct{}                // when set, every request waits on it
+	mu      sync.Mutex
+	spans   map[string]map[string]string // span name → string attributes
+	metrics map[string]map[string]string // metric name → its resource's string attributes
+	block   chan struct{}                // when set, every request waits on it
 }
 
 func (c *collector) ServeHTTP(w http.ResponseWriter, r *http.Request) {
@@ -25,6 +31,27 @@ func (c *collector) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		<-c.block
 	}
 	body, _ := io.ReadAll(r.Body)
+	if r.URL.Path == "/v1/metrics" {
+		var req colmetrics.ExportMetricsServiceRequest
+		if err := proto.Unmarshal(body, &req); err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		c.mu.Lock()
+		defer c.mu.Unlock()
+		for _, rm := range req.GetResourceMetrics() {
+			attrs := map[string]string{}
+			for _, kv := range rm.GetResource().GetAttributes() {
+				attrs[kv.GetKey()] = kv.GetValue().GetStringValue()
+			}
+			for _, sm := range rm.GetScopeMetrics() {
+				for _, m := range sm.GetMetrics() {
+					c.metrics[m.GetName()] = attrs
+				}
+			}
+		}
+		return
+	}
 	var req coltrace.ExportTraceServiceRequest
 	if err := proto.Unmarshal(body, &req); err != nil {
 		http.Error(w, err.Error(), http.StatusBadRequest)
@@ -119,4 +146,45 @@ func TestExportNeverBlocks(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
 	_ = e.Shutdown(ctx)
+}
+
+// A metrics export a session's receiver takes goes upstream as it came, with the session on its
+// resource.
+func TestForwardMetricsUpstream(t *testing.T) {
+	c := &collector{spans: map[string]map[string]string{}, metrics: map[string]map[string]string{}}
+	srv := httptest.NewServer(c)
+	defer srv.Close()
+	exp, err := NewExporter(context.Background(), srv.URL, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := Open(Config{Root: t.TempDir(), Export: exp}, noTurns{}, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	k := key{"a", "s"}
+	port, _, err := m.port(k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.enterNS(k, os.Getpid()); err != nil {
+		t.Fatal(err)
+	}
+	v := 1.0
+	body, _ := proto.Marshal(&colmetrics.ExportMetricsServiceRequest{ResourceMetrics: []*metricspb.ResourceMetrics{{ScopeMetrics: []*metricspb.ScopeMetrics{{
+		Metrics: []*metricspb.Metric{{Name: "queue", Data: &metricspb.Metric_Gauge{Gauge: &metricspb.Gauge{DataPoints: []*metricspb.NumberDataPoint{
+			{Value: &metricspb.NumberDataPoint_AsDouble{AsDouble: v}}}}}}}}}}}})
+	resp, err := http.Post("http://127.0.0.1:"+strconv.Itoa(port)+"/v1/metrics", ctProtobuf, bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if err := m.Close(); err != nil {
+		t.Fatal(err)
+	}
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if got := c.metrics["queue"]; got["allox.session_id"] != "s" || got["allox.agent_id"] != "a" {
+		t.Errorf("the metric upstream: resource %v (all: %v)", got, c.metrics)
+	}
 }

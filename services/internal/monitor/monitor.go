@@ -22,7 +22,9 @@
 // It keeps everything as JSON Lines per session under --monitor-root (outside every workspace),
 // bounded by Retention, answers monitor.records, monitor.summary (per session, or across the runs
 // of an agent) and monitor.report (one self-contained HTML page per session), and can export what
-// it receives and derives to an upstream OTLP endpoint (Exporter), batched and never blocking a run.
+// it receives and derives to an upstream OTLP endpoint (Exporter, --monitor-export): spans and runs
+// as spans with the OpenTelemetry Go SDK's exporter, metric and log exports forwarded as they came,
+// all with the session as attributes, queued and never blocking a receiver or a run.
 package monitor
 
 import (
@@ -41,6 +43,7 @@ import (
 
 	"github.com/allox-os/allox/services/internal/plugin"
 	"github.com/allox-os/allox/services/internal/workspace"
+	"google.golang.org/protobuf/proto"
 )
 
 // Name is the plugin's name, as the image spec spells it; Version its version.
@@ -70,9 +73,12 @@ type Config struct {
 	Export Exporter
 }
 
-// Exporter sends records upstream; Export must return at once (queue or drop).
+// Exporter sends records upstream; Export and Forward must return at once (queue or drop).
 type Exporter interface {
 	Export(recs []Record)
+	// Forward sends an OTLP metrics or logs export a session's receiver took (path /v1/metrics or
+	// /v1/logs), which is the exporter's from then on.
+	Forward(path, agent, session string, req proto.Message)
 	Shutdown(ctx context.Context) error
 }
 

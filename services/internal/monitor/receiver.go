@@ -39,7 +39,7 @@ type receiver struct {
 
 func (rv receiver) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	var recs []Record
-	var resp proto.Message
+	var resp, forward proto.Message
 	ct, err := rv.decode(w, r, func(body []byte, unmarshal func([]byte, proto.Message) error) error {
 		switch r.URL.Path {
 		case "/v1/traces":
@@ -56,13 +56,13 @@ func (rv receiver) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 			if err := unmarshal(body, &req); err != nil {
 				return badRequest(http.StatusBadRequest, "the body is not an OTLP ExportMetricsServiceRequest: %v", err)
 			}
-			recs, resp = fromMetrics(&req), &colmetrics.ExportMetricsServiceResponse{}
+			recs, resp, forward = fromMetrics(&req), &colmetrics.ExportMetricsServiceResponse{}, &req
 		case "/v1/logs":
 			var req collogs.ExportLogsServiceRequest
 			if err := unmarshal(body, &req); err != nil {
 				return badRequest(http.StatusBadRequest, "the body is not an OTLP ExportLogsServiceRequest: %v", err)
 			}
-			recs, resp = fromLogs(&req), &collogs.ExportLogsServiceResponse{}
+			recs, resp, forward = fromLogs(&req), &collogs.ExportLogsServiceResponse{}, &req
 		default:
 			return badRequest(http.StatusNotFound, "no OTLP endpoint %s: use /v1/traces, /v1/metrics or /v1/logs", r.URL.Path)
 		}
@@ -74,6 +74,9 @@ func (rv receiver) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	if err != nil {
 		writeStatus(w, ct, err)
 		return
+	}
+	if forward != nil && rv.m.cfg.Export != nil {
+		rv.m.cfg.Export.Forward(r.URL.Path, rv.key.agent, rv.key.session, forward)
 	}
 	writeMessage(w, ct, http.StatusOK, resp)
 }
