@@ -5,8 +5,11 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
 	"github.com/allox-os/allox/services/internal/monitor"
 	colmetrics "go.opentelemetry.io/proto/otlp/collector/metrics/v1"
@@ -274,5 +277,57 @@ func TestMonitorBadTraceparent(t *testing.T) {
 	must(t, json.Unmarshal(mustPost(t, url, `{"action":"process.list","params":{"agent_id":"a","session_id":"s"}}`), &list))
 	if len(list.Runs) != 0 {
 		t.Errorf("runs after the refusals: %d, want none", len(list.Runs))
+	}
+}
+
+// TestMonitorExportUpstream: with --monitor-export, what a session's run reports reaches the
+// platform's collector, with the session and the run named, while the run itself is not held up.
+func TestMonitorExportUpstream(t *testing.T) {
+	var mu sync.Mutex
+	seen := map[string]map[string]string{} // span name → its string attributes
+	collector := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		body, _ := io.ReadAll(r.Body)
+		var req coltrace.ExportTraceServiceRequest
+		if r.URL.Path != "/v1/traces" || proto.Unmarshal(body, &req) != nil {
+			http.Error(w, "want an OTLP trace export", http.StatusBadRequest)
+			return
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		for _, rs := range req.GetResourceSpans() {
+			for _, ss := range rs.GetScopeSpans() {
+				for _, s := range ss.GetSpans() {
+					attrs := map[string]string{}
+					for _, kv := range s.GetAttributes() {
+						attrs[kv.GetKey()] = kv.GetValue().GetStringValue()
+					}
+					seen[s.GetName()] = attrs
+				}
+			}
+		}
+		w.Header().Set("Content-Type", "application/x-protobuf")
+	}))
+	defer collector.Close()
+	url := monitorDaemon(t, "--monitor-export", collector.URL)
+	mustPost(t, url, `{"action":"agent.create","params":{"agent_id":"a"}}`)
+	mustPost(t, url, `{"action":"session.create","params":{"agent_id":"a","session_id":"s","network":"disabled"}}`)
+	agent := installAgent(t, url, "s")
+	r, _, stderr := monitorRun(t, url, "s", map[string]any{"argv": []string{"/bin/sh", "-c", agent + ` post "$OTEL_EXPORTER_OTLP_ENDPOINT"`}})
+	if !exited0(r) {
+		t.Fatalf("post: %+v %q", r, stderr)
+	}
+	for deadline := time.Now().Add(30 * time.Second); ; time.Sleep(100 * time.Millisecond) {
+		mu.Lock()
+		injected, run := seen["injected"], seen["/bin/sh"]
+		mu.Unlock()
+		if injected != nil && run != nil {
+			if injected["allox.session_id"] != "s" || injected["allox.source"] != "otlp" || run["allox.run_id"] != r.RunID || run["allox.kind"] != "run" {
+				t.Errorf("upstream: span %v, run %v", injected, run)
+			}
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the collector has %v after 30 s, want the run's span and the run", seen)
+		}
 	}
 }
