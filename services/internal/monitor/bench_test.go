@@ -53,7 +53,7 @@ func BenchmarkOTLPIngest(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer m.Close()
-	port, _, err := m.port(key{"a", "s"})
+	port, err := m.port(key{"a", "s"})
 	if err != nil {
 		b.Fatal(err)
 	}

@@ -163,7 +163,7 @@ func TestForwardMetricsUpstream(t *testing.T) {
 		t.Fatal(err)
 	}
 	k := key{"a", "s"}
-	port, _, err := m.port(k)
+	port, err := m.port(k)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -110,9 +110,10 @@ type Monitor struct {
 // bound to it (not listening, so it refuses connections: no other session gets the port, and
 // nobody reaches the session there before its runs do), and its listeners, by network namespace.
 type endpoint struct {
-	port    int
-	reserve *os.File                // the bound socket, until it listens (a run in the daemon's namespace)
-	servers map[uint64]*http.Server // by namespace inode
+	port     int
+	starting int                     // runs that took the port and have not begun (nor failed) yet
+	reserve  *os.File                // the bound socket, until it listens (a run in the daemon's namespace)
+	servers  map[uint64]*http.Server // by namespace inode
 }
 
 // Open opens the monitor over turns (the workspace) with listen for namespaces.
@@ -160,30 +161,39 @@ func (m *Monitor) Contribution() *plugin.Contribution {
 	}
 }
 
-// port returns the session's receiver port, reserving one at the session's first run (fresh).
-func (m *Monitor) port(k key) (port int, fresh bool, err error) {
+// port returns the session's receiver port for a run that is starting, reserving one at the
+// session's first run; the run calls started once it has begun or failed.
+func (m *Monitor) port(k key) (int, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	if m.closed {
-		return 0, false, errors.New("monitor: closed")
+		return 0, errors.New("monitor: closed")
 	}
-	if ep, ok := m.sessions[k]; ok {
-		return ep.port, false, nil
+	ep, ok := m.sessions[k]
+	if !ok {
+		f, port, err := reservePort()
+		if err != nil {
+			return 0, fmt.Errorf("monitor: reserve the session's OTLP port: %w", err)
+		}
+		ep = &endpoint{port: port, reserve: f, servers: map[uint64]*http.Server{}}
+		m.sessions[k] = ep
 	}
-	f, port, err := reservePort()
-	if err != nil {
-		return 0, false, fmt.Errorf("monitor: reserve the session's OTLP port: %w", err)
-	}
-	m.sessions[k] = &endpoint{port: port, reserve: f, servers: map[uint64]*http.Server{}}
-	return port, true, nil
+	ep.starting++
+	return ep.port, nil
 }
 
-// dropIdle releases a session's reservation that no run has listened on: its first
-// process.start failed (an unknown session, a refused request), so nothing was made for it.
-func (m *Monitor) dropIdle(k key) {
+// started says a run that took the session's port has begun, or failed to start. When the last
+// starting run failed and none listens yet (the session's first process.start failed: an unknown
+// session, a refused request), the reservation is released: nothing was made for it.
+func (m *Monitor) started(k key, failed bool) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	if ep, ok := m.sessions[k]; ok && len(ep.servers) == 0 {
+	ep, ok := m.sessions[k]
+	if !ok {
+		return
+	}
+	ep.starting--
+	if failed && ep.starting == 0 && len(ep.servers) == 0 {
 		ep.close()
 		delete(m.sessions, k)
 	}

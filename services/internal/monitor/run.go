@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"strconv"
+	"sync"
 	"time"
 
 	"github.com/allox-os/allox/internal/cgroup"
@@ -65,13 +66,13 @@ func (m *Monitor) run(_ context.Context, r *plugin.RunStart) (plugin.RunHook, er
 			h.tp, h.link = tp, "env"
 		}
 	}
-	port, fresh, err := m.port(k)
+	port, err := m.port(k)
 	if err != nil {
 		return nil, err
 	}
-	if fresh {
-		r.OnFailure(func() { m.dropIdle(k) })
-	}
+	var once sync.Once
+	h.started = func(failed bool) { once.Do(func() { m.started(k, failed) }) }
+	r.OnFailure(func() { h.started(true) })
 	if err := r.SetEnv(EnvEndpoint, "http://127.0.0.1:"+strconv.Itoa(port)); err != nil {
 		return nil, err
 	}
@@ -83,12 +84,13 @@ func (m *Monitor) run(_ context.Context, r *plugin.RunStart) (plugin.RunHook, er
 
 // runHook follows one run: its receiver in the run's namespace at Begin, its record at End.
 type runHook struct {
-	m     *Monitor
-	k     key
-	tp    traceParent
-	link  string
-	turn  string
-	start time.Time
+	m       *Monitor
+	started func(failed bool) // once: the run has begun, or failed to start
+	k       key
+	tp      traceParent
+	link    string
+	turn    string
+	start   time.Time
 }
 
 // runMeta is the plugin's metadata on a run (process.get's meta.monitor).
@@ -113,9 +115,13 @@ func (h *runHook) Begin(st *tracked.Status) (json.RawMessage, error) {
 		h.start = time.Now().UTC()
 	}
 	if st.Pid > 0 {
-		if err := h.m.enterNS(h.k, st.Pid); err != nil {
+		err := h.m.enterNS(h.k, st.Pid)
+		h.started(err != nil)
+		if err != nil {
 			return nil, err
 		}
+	} else {
+		h.started(false)
 	}
 	turns, _ := h.m.turns.Turns(h.k.agent, h.k.session)
 	h.turn = turnAt(turns, h.start)

@@ -3,10 +3,13 @@ package monitor
 import (
 	"context"
 	"encoding/json"
+	"net/http"
+	"os"
 	"strings"
 	"testing"
 
 	"github.com/allox-os/allox/services/internal/plugin"
+	"github.com/allox-os/allox/services/internal/tracked"
 )
 
 // openLoaded opens m as the daemon's only plugin.
@@ -45,6 +48,28 @@ func TestRunEnvAndUndo(t *testing.T) {
 	if info := m.info("a", "s"); info != nil {
 		t.Errorf("a run that never started left its session's reservation: %s", info)
 	}
+	// Two runs take the session's port; the first fails: the second still has it.
+	first, err := l.StartRun(context.Background(), plugin.RunStart{AgentID: "a", SessionID: "s"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	second, err := l.StartRun(context.Background(), plugin.RunStart{AgentID: "a", SessionID: "s"}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	first.Undo()
+	if m.info("a", "s") == nil || second.Env[EnvEndpoint] != first.Env[EnvEndpoint] {
+		t.Fatalf("a failed run dropped the port another starting run holds (%v, %v)", first.Env, second.Env)
+	}
+	if _, err := second.Hooks[0].Observer.Begin(&tracked.Status{Pid: os.Getpid()}); err != nil { // a run in the daemon's namespace
+		t.Fatal(err)
+	}
+	second.Undo() // a later failure: the receiver is up, the session keeps it
+	resp, err := http.Post(second.Env[EnvEndpoint]+"/v1/traces", ctJSON, strings.NewReader(`{}`))
+	if err != nil {
+		t.Fatalf("the session's receiver after its run began: %v", err)
+	}
+	resp.Body.Close()
 	params := map[string]map[string]json.RawMessage{Name: {"traceparent": json.RawMessage(`"00-nope"`)}}
 	if _, err := l.StartRun(context.Background(), plugin.RunStart{AgentID: "a", SessionID: "s"}, params); err == nil || !strings.Contains(err.Error(), "traceparent") {
 		t.Errorf("a bad traceparent: %v, want refused", err)
