@@ -22,7 +22,7 @@ bin/mkimage: deps FORCE
 # dm-verity root ($(OUT)/verity/), the system-effects observer ($(OUT)/system-effects/), python3
 # for the session client's shims ($(OUT)/python/), the session-network plugin in proxy mode with
 # python3 and ssh ($(OUT)/session-network/), the session-share plugin with its tools on
-# and python3 ($(OUT)/session-share/), the stand-in kata-agent ($(OUT)/kata-agent/,
+# and python3 ($(OUT)/session-share/), the monitor plugin with python3 ($(OUT)/monitor/), the stand-in kata-agent ($(OUT)/kata-agent/,
 # with bin/kata-agent-standin: not the real agent). Their kernel is the same, so the later builds
 # take it from the cache.
 image: bin/mkimage
@@ -33,6 +33,7 @@ image: bin/mkimage
 	bin/mkimage build -out $(OUT)/python qemu-tests/testdata/python.hcl
 	bin/mkimage build -out $(OUT)/session-network qemu-tests/testdata/session-network.hcl
 	bin/mkimage build -out $(OUT)/session-share qemu-tests/testdata/session-share.hcl
+	bin/mkimage build -out $(OUT)/monitor qemu-tests/testdata/monitor.hcl
 	CGO_ENABLED=0 $(GO) build -trimpath -buildvcs=false -ldflags=-buildid= -o bin/kata-agent-standin ./qemu-tests/internal/standin/kata-agent
 	bin/mkimage build -out $(OUT)/kata-agent qemu-tests/testdata/kata-agent.hcl
 
@@ -77,6 +78,7 @@ bench: image
 	$(GO) test -run '^$$' -bench . -benchtime 200x ./services/workspace-daemon/
 	$(GO) test -run '^$$' -bench SpawnStorm -benchtime 5x ./services/internal/proctree/
 	$(GO) test -run '^$$' -bench Proxy -benchtime 1x ./services/internal/netbroker/
+	$(GO) test -run '^$$' -bench OTLPIngest -benchtime 300x ./services/internal/monitor/
 	$(GO) test -run '^$$' -bench 'Share/(cp|read-100|write)' -benchtime 5x ./services/internal/sessionshare/
 	$(GO) test -run '^$$' -bench 'Share/read-4KiB' -benchtime 2000x ./services/internal/sessionshare/
 	$(GO) test -run '^$$' -bench Overhead -benchtime 10x ./services/internal/effects/lifecycle/

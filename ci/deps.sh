@@ -25,6 +25,8 @@ packages=(
   openssl
   # Kuruwa: the rendering oracle for its emulator and the baseline of its bench
   tmux
+  # the monitor's HTML report rendered in a real headless browser (TestMonitorInARealRun)
+  chromium
 )
 
 missing=()

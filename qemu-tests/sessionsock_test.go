@@ -27,7 +27,8 @@ func TestSessionClientInGuest(t *testing.T) {
 	g := &attacker{t: t, ctx: ctx, b: b, agent: "agent-a", session: "session-1"}
 	g.must(t, rpc.ActionAgentCreate, map[string]any{"agent_id": "agent-a"}, nil)
 	for _, s := range []string{"session-1", "session-2"} {
-		g.must(t, rpc.ActionSessionCreate, map[string]any{"agent_id": "agent-a", "session_id": s}, nil)
+		// The turn policy is off by default: these sessions turn it on for the baseline and turn-1.
+		g.must(t, rpc.ActionSessionCreate, map[string]any{"agent_id": "agent-a", "session_id": s, "turn_checkpoints": true}, nil)
 	}
 	run := func(t *testing.T, script string) (stdout, stderr string, exit int) {
 		t.Helper()

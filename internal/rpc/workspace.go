@@ -13,6 +13,9 @@ const (
 	ActionAgentGet    = "agent.get"
 	ActionAgentList   = "agent.list"
 	ActionAgentDelete = "agent.delete"
+	// ActionAgentUpdate changes an agent's turn checkpoint policy (turn_checkpoints: true, false
+	// or null for the daemon's default).
+	ActionAgentUpdate = "agent.update"
 
 	ActionSessionCreate   = "session.create"
 	ActionSessionGet      = "session.get"
@@ -20,6 +23,9 @@ const (
 	ActionSessionDelete   = "session.delete"
 	ActionSessionRollback = "session.rollback"
 	ActionSessionFence    = "session.fence"
+	// ActionSessionUpdate changes a session's turn checkpoint policy (turn_checkpoints: true,
+	// false or null for its agent's).
+	ActionSessionUpdate = "session.update"
 	// ActionSessionUnfence is accepted only on the host listener: the control plane lifts fences,
 	// never a process inside the guest.
 	ActionSessionUnfence = "session.unfence"
@@ -45,6 +51,8 @@ const (
 
 	ActionTurnBegin = "turn.begin"
 	ActionTurnEnd   = "turn.end"
+	// ActionTurnList is a session's turn history.
+	ActionTurnList = "turn.list"
 
 	// ActionObserverAbort (host listener only, system-effects plugin) ends a run's observation as
 	// if the observer had crashed: the session is fenced and the run killed.
@@ -131,6 +139,18 @@ type SessionInfo struct {
 	// Socket is where the session's runs reach the daemon; Actions what it serves there.
 	Socket  string   `json:"socket"`
 	Actions []string `json:"actions"`
+}
+
+// Turn is one agent turn in its session's history (turn.begin, turn.end, turn.list).
+type Turn struct {
+	TurnID string            `json:"turn_id"`
+	Labels map[string]string `json:"labels,omitempty"`
+	Begun  *time.Time        `json:"begun,omitempty"` // absent: turn.end came without a turn.begin
+	Ended  *time.Time        `json:"ended,omitempty"` // absent: the turn is open
+	// Outcome is "open", "succeeded" or "failed".
+	Outcome string `json:"outcome"`
+	// Checkpoint is the checkpoint the turn policy made at its end ("turn-<turn_id>").
+	Checkpoint string `json:"checkpoint,omitempty"`
 }
 
 // Quarantine says why the store quarantined a session and since when.

@@ -86,7 +86,7 @@ type command struct {
 func commands() []command {
 	core := []command{
 		{"session", "session info", sessionCmd},
-		{"turn", "turn begin ID | turn end ID [--failed]", turnCmd},
+		{"turn", "turn begin ID [--label KEY=VALUE]... | turn end ID [--failed]", turnCmd},
 		{"call", "call ACTION [JSON|-]", callCmd},
 		{"relay", "relay [--ready] tcp HOST PORT | relay [--ready] unix PATH", relayCmd},
 		{"sftp-server", "sftp-server", sftpServerCmd},
@@ -136,8 +136,23 @@ func sessionCmd(ctx context.Context, c *caller, args []string, _ io.Reader) erro
 
 func turnCmd(ctx context.Context, c *caller, args []string, _ io.Reader) error {
 	switch {
-	case len(args) == 2 && args[0] == "begin":
-		return c.call(ctx, rpc.ActionTurnBegin, map[string]any{"turn_id": args[1]})
+	case len(args) >= 2 && args[0] == "begin":
+		labels := map[string]string{}
+		for rest := args[2:]; len(rest) > 0; rest = rest[2:] {
+			k, v, ok := "", "", false
+			if len(rest) >= 2 && rest[0] == "--label" {
+				k, v, ok = strings.Cut(rest[1], "=")
+			}
+			if !ok || k == "" {
+				return usagef("use: allox turn begin ID [--label KEY=VALUE]..., e.g. allox turn begin 7 --label task=fix-tests")
+			}
+			labels[k] = v
+		}
+		p := map[string]any{"turn_id": args[1]}
+		if len(labels) > 0 {
+			p["labels"] = labels
+		}
+		return c.call(ctx, rpc.ActionTurnBegin, p)
 	case len(args) >= 2 && args[0] == "end" && (len(args) == 2 || len(args) == 3 && args[2] == "--failed"):
 		return c.call(ctx, rpc.ActionTurnEnd, map[string]any{"turn_id": args[1], "success": len(args) == 2})
 	}

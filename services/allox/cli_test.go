@@ -14,8 +14,9 @@ import (
 	"github.com/allox-os/allox/internal/rpc"
 )
 
-// fakeSocket serves the envelope on a unix socket: it answers unknown_action for the plugins'
-// domains and echoes {"action", "params"} otherwise. The client is tested against the real
+// fakeSocket serves the envelope on a unix socket: it answers unknown_action for the share and
+// network plugins' domains and for monitor.tail (no such action), and echoes {"action", "params"}
+// otherwise. The client is tested against the real
 // daemon in services/workspace-daemon (TestSessionSocket) and in the guest.
 func fakeSocket(t *testing.T) string {
 	t.Helper()
@@ -36,7 +37,7 @@ func fakeSocket(t *testing.T) string {
 			return
 		}
 		resp := rpc.Response{OK: true}
-		if d, _, _ := strings.Cut(req.Action, "."); d == "share" || d == "network" || d == "monitor" {
+		if d, _, _ := strings.Cut(req.Action, "."); d == "share" || d == "network" || req.Action == "monitor.tail" {
 			resp = rpc.Response{Error: &rpc.Error{Code: rpc.CodeUnknownAction, Message: "unknown action", Field: "action"}}
 			w.WriteHeader(404)
 		} else {
@@ -59,6 +60,13 @@ func TestRun(t *testing.T) {
 	}{
 		{args: []string{"session", "info"}, stdout: `"action": "session.info"`},
 		{args: []string{"turn", "begin", "7"}, stdout: `"turn_id": "7"`},
+		{args: []string{"turn", "begin", "7", "--label", "task=fix"}, stdout: `"task": "fix"`},
+		{args: []string{"turn", "begin", "7", "--label", "task"}, errMsg: "--label KEY=VALUE", usage: true},
+		{args: []string{"monitor", "span", "read_file", "--attr", "n=3", "--duration-ms", "5"}, stdout: `"n": 3`},
+		{args: []string{"monitor", "metric", "tokens", "12", "--unit", "{token}"}, stdout: `"value": 12`},
+		{args: []string{"monitor", "metric", "tokens", "many"}, errMsg: "VALUE must be a number", usage: true},
+		{args: []string{"monitor", "span"}, errMsg: "use: allox monitor", usage: true},
+		{args: []string{"monitor", "span", "x", "--attr", "novalue"}, errMsg: "use KEY=VALUE", usage: true},
 		{args: []string{"turn", "end", "7", "--failed"}, stdout: `"success": false`},
 		{args: []string{"turn", "end", "7"}, stdout: `"success": true`},
 		{args: []string{"call", "x.y", `{"k":1}`}, stdout: `"k": 1`},

@@ -52,7 +52,7 @@ func BenchmarkProcessStartTrue(b *testing.B) {
 // BenchmarkRollbackKill times session.rollback with kill_processes while a run and its background
 // child are alive, beside a rollback of the same session with nothing to kill, in the same run.
 func BenchmarkRollbackKill(b *testing.B) {
-	url := daemonOn(b, build(b), btrfsRoot(b))
+	url := daemonOn(b, build(b), btrfsRoot(b), "--turn-checkpoints")
 	mustPost(b, url, `{"action":"agent.create","params":{"agent_id":"a"}}`)
 	mustPost(b, url, `{"action":"session.create","params":{"agent_id":"a","session_id":"s"}}`)
 	const rollback = `{"action":"session.rollback","params":{"agent_id":"a","session_id":"s","checkpoint_id":"baseline","kill_processes":true}}`

@@ -203,7 +203,12 @@ func openWorkspace(cfg daemon.Config) (*workspace.Service, error) {
 	if err != nil {
 		return nil, err
 	}
-	return workspace.New(workspace.Deps{Store: st, Runs: runs, Fences: fences, Policy: policy, Limits: limits, Quota: quota, Audit: log, KillOnRollback: cfg.KillOnRollback}), nil
+	policy.SetDefault(cfg.TurnCheckpoints)
+	turns, err := workspace.OpenTurnLog(cfg.State)
+	if err != nil {
+		return nil, err
+	}
+	return workspace.New(workspace.Deps{Store: st, Runs: runs, Fences: fences, Policy: policy, Turns: turns, Limits: limits, Quota: quota, Audit: log, KillOnRollback: cfg.KillOnRollback}), nil
 }
 
 // auditRun records what happens to runs without a request (their exit, the pruning of their

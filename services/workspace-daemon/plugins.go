@@ -19,9 +19,11 @@ func knownPlugins(cfg daemon.Config) []plugin.Plugin {
 			Enabled: cfg.SessionNetworkOn(), SessionParams: []string{"network"}},
 		{Manifest: plugin.Manifest{Name: "system-effects"}, Flag: "--observer", Enabled: cfg.Observer,
 			StartParams: []string{"recovery", "checkpoint_id"}},
+		{Manifest: plugin.Manifest{Name: "monitor"}, Flag: "--monitor-root", Enabled: cfg.MonitorRoot != "",
+			StartParams: []string{"traceparent"}},
 		{Manifest: plugin.Manifest{Name: "dialog"}, Flag: "--dialog", Enabled: cfg.Dialog},
 	}
-	for i, install := range []func(daemon.Config, *plugin.Plugin){installProcessTree, installSessionShare, installSessionNetwork, installSystemEffects, installDialog} {
+	for i, install := range []func(daemon.Config, *plugin.Plugin){installProcessTree, installSessionShare, installSessionNetwork, installSystemEffects, installMonitor, installDialog} {
 		if install != nil {
 			install(cfg, &known[i])
 		}

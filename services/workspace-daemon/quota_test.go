@@ -50,7 +50,7 @@ func TestSessionQuotaOverRPC(t *testing.T) {
 	root := btrfsRoot(t)
 	bin := build(t)
 	flags := []string{"--session-quota=64MiB", "--max-session-quota=128MiB", "--agent-quota=512MiB", "--store-reserve=128MiB"}
-	url, stop := stoppable(t, bin, root, flags...)
+	url, stop := stoppable(t, bin, root, append(flags, "--turn-checkpoints")...)
 	mustPost(t, url, `{"action":"agent.create","params":{"agent_id":"a"}}`)
 	_, rerr := post(t, url, `{"action":"session.create","params":{"agent_id":"a","session_id":"big","quota":268435456}}`)
 	if rerr == nil || rerr.Field != "params.quota" || !strings.Contains(rerr.Message, "max_session_quota") {
@@ -83,7 +83,7 @@ func TestSessionQuotaOverRPC(t *testing.T) {
 
 	// Restart with another default: the recorded limits stay.
 	stop()
-	url = daemonOn(t, bin, root, "--session-quota=96MiB", "--max-session-quota=128MiB", "--store-reserve=128MiB")
+	url = daemonOn(t, bin, root, "--session-quota=96MiB", "--max-session-quota=128MiB", "--store-reserve=128MiB", "--turn-checkpoints")
 	if q := getSession(t, url, "full").Quota; q == nil || q.Limit != 32<<20 {
 		t.Errorf("after restart: quota %+v, want the recorded 32 MiB", q)
 	}
@@ -98,7 +98,7 @@ func TestSessionQuotaOverRPC(t *testing.T) {
 func TestStoreFullOverRPC(t *testing.T) {
 	root := btrfsRoot(t)
 	bin := build(t)
-	url, stop := stoppable(t, bin, root, "--store-reserve=256MiB")
+	url, stop := stoppable(t, bin, root, "--store-reserve=256MiB", "--turn-checkpoints")
 	for _, p := range []string{
 		`{"action":"agent.create","params":{"agent_id":"a"}}`,
 		`{"action":"agent.create","params":{"agent_id":"b"}}`,
@@ -121,7 +121,7 @@ func TestStoreFullOverRPC(t *testing.T) {
 	mustPost(t, url, `{"action":"session.delete","params":{"agent_id":"b","session_id":"sb"}}`)
 	mustPost(t, url, `{"action":"agent.delete","params":{"agent_id":"b"}}`)
 	stop()
-	url = daemonOn(t, bin, root, "--store-reserve=256MiB")
+	url = daemonOn(t, bin, root, "--store-reserve=256MiB", "--turn-checkpoints")
 	// The deletes woke Btrfs's cleaner (the store was nearly full); give it a few seconds.
 	for i := 0; ; i++ {
 		r, stderr := runIn(t, url, "other", "dd if=/dev/zero of=x bs=1M count=8 conv=fsync")

@@ -57,7 +57,7 @@ func sessionInfo(t *testing.T, url, session string) rpc.SessionInfo {
 func TestSessionSocket(t *testing.T) {
 	root, dir, cg := btrfsRoot(t), socketsDir(t), testCgroupParent(t)
 	bin := build(t)
-	url, stop := stoppable(t, bin, root, "--session-sockets", dir, "--cgroup-parent", cg)
+	url, stop := stoppable(t, bin, root, "--session-sockets", dir, "--cgroup-parent", cg, "--turn-checkpoints")
 	mustPost(t, url, `{"action":"agent.create","params":{"agent_id":"a"}}`)
 	for _, s := range []string{"s1", "s2"} {
 		mustPost(t, url, `{"action":"session.create","params":{"agent_id":"a","session_id":"`+s+`"}}`)
@@ -93,7 +93,7 @@ func TestSessionSocket(t *testing.T) {
 	})
 
 	t.Run("turns through the client", func(t *testing.T) {
-		r, _, stderr := runOut(t, url, "s1", "/run/allox/bin/allox turn begin 7 && /run/allox/bin/allox turn end 7 && /run/allox/bin/allox turn end 8 --failed")
+		r, _, stderr := runOut(t, url, "s1", "/run/allox/bin/allox turn begin 7 --label task=fix && /run/allox/bin/allox turn end 7 && /run/allox/bin/allox turn end 8 --failed")
 		if !exited0(r) {
 			t.Fatalf("turn begin/end: %+v, stderr %q", r, stderr)
 		}
@@ -101,6 +101,15 @@ func TestSessionSocket(t *testing.T) {
 		must(t, json.Unmarshal(mustPost(t, url, `{"action":"checkpoint.get","params":{"agent_id":"a","session_id":"s1","checkpoint_id":"turn-7"}}`), &cp))
 		if _, rerr := post(t, url, `{"action":"checkpoint.get","params":{"agent_id":"a","session_id":"s1","checkpoint_id":"turn-8"}}`); rerr == nil || rerr.Code != rpc.CodeNotFound {
 			t.Errorf("a failed turn was checkpointed: %+v", rerr)
+		}
+		r, stdout, stderr := runOut(t, url, "s1", "/run/allox/bin/allox call turn.list")
+		var hist struct{ Turns []rpc.Turn }
+		if !exited0(r) || json.Unmarshal([]byte(stdout), &hist) != nil || len(hist.Turns) != 2 {
+			t.Fatalf("turn.list on the session socket: %+v %q %q", r, stdout, stderr)
+		}
+		if t7, t8 := hist.Turns[0], hist.Turns[1]; t7.Outcome != "succeeded" || t7.Labels["task"] != "fix" || t7.Checkpoint != "turn-7" || t7.Begun == nil ||
+			t8.Outcome != "failed" || t8.Begun != nil {
+			t.Errorf("turn.list: %+v", hist.Turns)
 		}
 	})
 

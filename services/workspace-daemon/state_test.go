@@ -64,7 +64,7 @@ func findAudit(ents []audit.Entry, action, session string) []audit.Entry {
 func TestFenceSticks(t *testing.T) {
 	root := btrfsRoot(t)
 	bin := build(t)
-	url, host, stop := hostDaemon(t, bin, root)
+	url, host, stop := hostDaemon(t, bin, root, "--turn-checkpoints")
 	mustPost(t, url, `{"action":"agent.create","params":{"agent_id":"a"}}`)
 	mustPost(t, url, `{"action":"session.create","params":{"agent_id":"a","session_id":"s"}}`)
 	mustPost(t, url, `{"action":"session.fence","params":{"agent_id":"a","session_id":"s","reason":"observer lost"}}`)
@@ -98,7 +98,7 @@ func TestFenceSticks(t *testing.T) {
 
 	// A restart keeps the fence.
 	stop()
-	url, host, _ = hostDaemon(t, bin, root)
+	url, host, _ = hostDaemon(t, bin, root, "--turn-checkpoints")
 	refused(url)
 
 	// The control plane lifts it; then the session may go, and one created again with its id is

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"github.com/allox-os/allox/internal/testenv"
 	"net/http"
 	"os"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/allox-os/allox/internal/btrfstest"
 	"github.com/allox-os/allox/internal/rpc"
+	"github.com/google/go-cmp/cmp"
 )
 
 // btrfsRoot makes a real Btrfs filesystem on a loop device and mounts it: the store under test.
@@ -109,7 +111,7 @@ func TestSeedSequenceAndRollback(t *testing.T) {
 func TestBadRequestsChangeNothing(t *testing.T) {
 	root := btrfsRoot(t)
 	bin := build(t)
-	url := daemonOn(t, bin, root)
+	url := daemonOn(t, bin, root, "--turn-checkpoints")
 	mustPost(t, url, `{"action":"agent.create","params":{"agent_id":"agent-a"}}`)
 	mustPost(t, url, `{"action":"session.create","params":{"agent_id":"agent-a","session_id":"s"}}`)
 	tests := []struct {
@@ -140,7 +142,7 @@ func TestBadRequestsChangeNothing(t *testing.T) {
 func TestFencedSessionRefusesStateChanges(t *testing.T) {
 	root := btrfsRoot(t)
 	bin := build(t)
-	url := daemonOn(t, bin, root)
+	url := daemonOn(t, bin, root, "--turn-checkpoints")
 	mustPost(t, url, `{"action":"agent.create","params":{"agent_id":"a"}}`)
 	mustPost(t, url, `{"action":"session.create","params":{"agent_id":"a","session_id":"s"}}`)
 	mustPost(t, url, `{"action":"session.fence","params":{"agent_id":"a","session_id":"s","reason":"observer lost"}}`)
@@ -185,7 +187,7 @@ func must(t testing.TB, err error) {
 
 func TestRollbackWithLiveProcesses(t *testing.T) {
 	root := btrfsRoot(t)
-	url := daemonOn(t, build(t), root)
+	url := daemonOn(t, build(t), root, "--turn-checkpoints")
 	mustPost(t, url, `{"action":"agent.create","params":{"agent_id":"a"}}`)
 	mustPost(t, url, `{"action":"session.create","params":{"agent_id":"a","session_id":"s"}}`)
 	var r rpc.Run
@@ -217,36 +219,105 @@ func TestRollbackWithLiveProcesses(t *testing.T) {
 	}
 }
 
+// TestTurnCheckpointPolicy: the Session/Turn policy is off by default (the seed: "once enabled"),
+// on per agent or per session, switched later by agent.update and session.update (a session's own
+// setting wins, null follows the level above), and every turn is recorded in the session's history.
 func TestTurnCheckpointPolicy(t *testing.T) {
 	root := btrfsRoot(t)
 	url := daemonOn(t, build(t), root)
 	mustPost(t, url, `{"action":"agent.create","params":{"agent_id":"a"}}`)
-	mustPost(t, url, `{"action":"session.create","params":{"agent_id":"a","session_id":"on"}}`)
-	mustPost(t, url, `{"action":"session.create","params":{"agent_id":"a","session_id":"off","turn_checkpoints":false}}`)
-	for _, sess := range []string{"on", "off"} {
-		mustPost(t, url, `{"action":"turn.begin","params":{"agent_id":"a","session_id":"`+sess+`","turn_id":"1"}}`)
-		mustPost(t, url, `{"action":"turn.end","params":{"agent_id":"a","session_id":"`+sess+`","turn_id":"1","success":true}}`)
-		mustPost(t, url, `{"action":"turn.end","params":{"agent_id":"a","session_id":"`+sess+`","turn_id":"2","success":false}}`)
+	mustPost(t, url, `{"action":"agent.create","params":{"agent_id":"b","turn_checkpoints":true}}`)
+	mustPost(t, url, `{"action":"session.create","params":{"agent_id":"a","session_id":"default"}}`)
+	mustPost(t, url, `{"action":"session.create","params":{"agent_id":"a","session_id":"on","turn_checkpoints":true}}`)
+	mustPost(t, url, `{"action":"session.create","params":{"agent_id":"b","session_id":"agent-on"}}`)
+	mustPost(t, url, `{"action":"session.create","params":{"agent_id":"b","session_id":"off","turn_checkpoints":false}}`)
+	turn := func(agent, sess, id string, success bool) {
+		mustPost(t, url, `{"action":"turn.begin","params":{"agent_id":"`+agent+`","session_id":"`+sess+`","turn_id":"`+id+`","labels":{"task":"t`+id+`"}}}`)
+		mustPost(t, url, fmt.Sprintf(`{"action":"turn.end","params":{"agent_id":"%s","session_id":"%s","turn_id":"%s","success":%v}}`, agent, sess, id, success))
 	}
-	ids := func(sess string) []string {
+	ids := func(agent, sess string) string {
 		var list struct{ Checkpoints []rpc.Checkpoint }
-		must(t, json.Unmarshal(mustPost(t, url, `{"action":"checkpoint.list","params":{"agent_id":"a","session_id":"`+sess+`"}}`), &list))
+		must(t, json.Unmarshal(mustPost(t, url, `{"action":"checkpoint.list","params":{"agent_id":"`+agent+`","session_id":"`+sess+`"}}`), &list))
 		var out []string
 		for _, c := range list.Checkpoints {
 			out = append(out, c.CheckpointID+"<"+c.Parent)
 		}
-		return out
+		return strings.Join(out, " ")
 	}
-	if got := strings.Join(ids("on"), " "); got != "baseline< turn-1<baseline" {
-		t.Errorf("policy on: checkpoints %q, want the baseline and turn-1 after it", got)
+	for _, s := range [][2]string{{"a", "default"}, {"a", "on"}, {"b", "agent-on"}, {"b", "off"}} {
+		turn(s[0], s[1], "1", true)
+		turn(s[0], s[1], "2", false)
 	}
-	if got := ids("off"); len(got) != 0 {
-		t.Errorf("policy off: checkpoints %q, want none", got)
+	for _, tc := range []struct{ agent, sess, want string }{
+		{"a", "default", ""},
+		{"a", "on", "baseline< turn-1<baseline"},
+		{"b", "agent-on", "baseline< turn-1<baseline"},
+		{"b", "off", ""},
+	} {
+		if got := ids(tc.agent, tc.sess); got != tc.want {
+			t.Errorf("%s/%s: checkpoints %q, want %q", tc.agent, tc.sess, got, tc.want)
+		}
+	}
+
+	// Switched later: a's default session on by session.update; b's agent off by agent.update,
+	// which its session "agent-on" follows, while "off" keeps its own setting.
+	var sess rpc.Session
+	must(t, json.Unmarshal(mustPost(t, url, `{"action":"session.update","params":{"agent_id":"a","session_id":"default","turn_checkpoints":true}}`), &sess))
+	if !sess.TurnCheckpoints {
+		t.Errorf("session.update true: %+v", sess)
+	}
+	mustPost(t, url, `{"action":"agent.update","params":{"agent_id":"b","turn_checkpoints":false}}`)
+	turn("a", "default", "3", true)
+	turn("b", "agent-on", "3", true)
+	if got := ids("a", "default"); got != "turn-3<" {
+		t.Errorf("after session.update: checkpoints %q, want turn-3 (no baseline is made later)", got)
+	}
+	if got := ids("b", "agent-on"); got != "baseline< turn-1<baseline" {
+		t.Errorf("after agent.update false: checkpoints %q, want no turn-3", got)
+	}
+	// null: back to the agent's setting (a: the daemon's default, off).
+	mustPost(t, url, `{"action":"session.update","params":{"agent_id":"a","session_id":"default","turn_checkpoints":null}}`)
+	turn("a", "default", "4", true)
+	if got := ids("a", "default"); got != "turn-3<" {
+		t.Errorf("after session.update null: checkpoints %q, want turn-3 alone", got)
+	}
+
+	// Bad updates name the field and change nothing.
+	for _, tc := range []struct{ body, field string }{
+		{`{"action":"session.update","params":{"agent_id":"a","session_id":"on"}}`, "params.turn_checkpoints"},
+		{`{"action":"session.update","params":{"agent_id":"a","session_id":"on","turn_checkpoints":"yes"}}`, "params.turn_checkpoints"},
+		{`{"action":"session.update","params":{"agent_id":"a","session_id":"nope","turn_checkpoints":false}}`, "params.session_id"},
+		{`{"action":"agent.update","params":{"agent_id":"nope","turn_checkpoints":false}}`, "params.agent_id"},
+		{`{"action":"turn.begin","params":{"agent_id":"a","session_id":"on","turn_id":"1"}}`, "params.turn_id"},
+		{`{"action":"turn.end","params":{"agent_id":"a","session_id":"on","turn_id":"1","success":true}}`, "params.turn_id"},
+		{`{"action":"turn.begin","params":{"agent_id":"a","session_id":"on","turn_id":"9","labels":{"bad key":"v"}}}`, "params.labels"},
+	} {
+		if _, rerr := post(t, url, tc.body); rerr == nil || rerr.Field != tc.field {
+			t.Errorf("%s: %+v, want an error naming %s", tc.body, rerr, tc.field)
+		}
+	}
+	must(t, json.Unmarshal(mustPost(t, url, `{"action":"session.get","params":{"agent_id":"a","session_id":"on"}}`), &sess))
+	if !sess.TurnCheckpoints {
+		t.Error("a refused session.update changed the policy")
+	}
+
+	// The history: every turn, its times, outcome, labels and checkpoint.
+	var hist struct{ Turns []rpc.Turn }
+	must(t, json.Unmarshal(mustPost(t, url, `{"action":"turn.list","params":{"agent_id":"a","session_id":"on"}}`), &hist))
+	type row struct{ ID, Outcome, Checkpoint, Task string }
+	var got []row
+	for _, tr := range hist.Turns {
+		if tr.Begun == nil || tr.Ended == nil || tr.Ended.Before(*tr.Begun) {
+			t.Errorf("turn %s: begun %v ended %v, want both, in order", tr.TurnID, tr.Begun, tr.Ended)
+		}
+		got = append(got, row{tr.TurnID, tr.Outcome, tr.Checkpoint, tr.Labels["task"]})
+	}
+	want := []row{{"1", "succeeded", "turn-1", "t1"}, {"2", "failed", "", "t2"}}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("turn.list (-want +got):\n%s", diff)
 	}
 }
 
-// TestSeedCurlCommandsVerbatim runs the seed's four curl commands as written, against the daemon's
-// loopback listener (only the port differs).
 func TestSeedCurlCommandsVerbatim(t *testing.T) {
 	if _, err := exec.LookPath("curl"); err != nil {
 		t.Fatal("curl is needed (apt-get install curl; ci/deps.sh installs it)")

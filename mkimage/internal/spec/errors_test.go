@@ -192,7 +192,7 @@ func TestParseErrors(t *testing.T) {
 	}, {
 		name: "unknown plugin",
 		edit: []string{`command = ["/bin/store"]`, `build   = "./services/store"` + "\n  plugins = [\"process-tree\", \"proces-tree\"]\n  command = [\"/bin/store\"]"},
-		want: []string{`30:30: Unknown plugin: plugins may name "process-tree", "session-network", "session-share", "system-effects" or "dialog"; got "proces-tree". Did you mean "process-tree"?`},
+		want: []string{`30:30: Unknown plugin: plugins may name "dialog", "monitor", "process-tree", "session-network", "session-share" or "system-effects"; got "proces-tree". Did you mean "process-tree"?`},
 	}, {
 		name: "exclusive plugins",
 		edit: []string{`command = ["/bin/store"]`, `build   = "./services/store"` + "\n  plugins = [\"process-tree\", \"system-effects\"]\n  command = [\"/bin/store\"]"},

@@ -9,7 +9,7 @@ import (
 
 // KnownPlugins are the optional plugins a service's plugins attribute may name. Each is linked
 // into the service's binary only when asked for, by building it with PluginTag(name).
-var KnownPlugins = []string{PluginProcessTree, PluginSessionNetwork, PluginSessionShare, PluginSystemEffects, PluginDialog}
+var KnownPlugins = []string{PluginDialog, PluginMonitor, PluginProcessTree, PluginSessionNetwork, PluginSessionShare, PluginSystemEffects}
 
 // Plugin names.
 const (
@@ -18,6 +18,7 @@ const (
 	PluginSessionShare   = "session-share"   // file access between sessions through their sockets (allox share)
 	PluginSystemEffects  = "system-effects"  // the system-effects observer, its verifiers and recover step
 	PluginDialog         = "dialog"          // the Probe's dialog channel: runs ask, the host listener answers
+	PluginMonitor        = "monitor"         // the OTLP receiver per session, run profiling, summaries and reports (--monitor-root)
 )
 
 // PluginProgram is a separate program a plugin installs beside the service it is linked into.

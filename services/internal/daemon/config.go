@@ -11,6 +11,7 @@ import (
 	"io"
 	"net"
 	"net/netip"
+	"net/url"
 	"os"
 	"path/filepath"
 	"slices"
@@ -48,6 +49,10 @@ type Config struct {
 	State string
 	// KillOnRollback is the default of session.rollback's kill_processes.
 	KillOnRollback bool
+	// TurnCheckpoints turns the Session/Turn checkpoint policy on for every agent and session
+	// without a setting of their own (a baseline at session.create, turn-<id> after each
+	// successful turn); off by default, as the seed says ("once enabled").
+	TurnCheckpoints bool
 	// Bwrap is the bubblewrap binary; CgroupParent the cgroup (below the cgroup2 mount) that holds
 	// every agent's and session's group.
 	Bwrap        string
@@ -108,6 +113,12 @@ type Config struct {
 	// every workspace; Client the allox client bound into every sandboxed run with the python
 	// shims beside it ("" binds none).
 	SessionSockets, Client string
+	// MonitorRoot enables the monitor plugin and is where it keeps its journals, outside every
+	// workspace; MonitorSessionBytes bounds each session's journal; MonitorExport, if set, is an
+	// upstream OTLP/HTTP endpoint that receives a copy of everything (the platform's collector).
+	MonitorRoot         string
+	MonitorSessionBytes int64
+	MonitorExport       string
 }
 
 // QuotasOn reports whether the store's space limits are on.
@@ -154,6 +165,7 @@ func ParseFlags(args []string, stderr io.Writer) (Config, error) {
 	fset.StringVar(&c.TokenFile, "token-file", "", "`file` holding the host listener's bearer token (mode 0600); the host listener stays closed while it is missing or empty")
 	fset.StringVar(&c.State, "state", "", "`directory` for the daemon's state, outside every workspace (default ROOT/.allox-state)")
 	fset.BoolVar(&c.KillOnRollback, "kill-session-processes-on-rollback", false, "session.rollback kills the session's processes unless the request says kill_processes: false")
+	fset.BoolVar(&c.TurnCheckpoints, "turn-checkpoints", false, "checkpoint every session at creation (\"baseline\") and after each successful turn (\"turn-<id>\") unless its agent or the session turns it off (agent.update, session.update)")
 	fset.StringVar(&c.Bwrap, "bwrap", "bwrap", "bubblewrap `binary` for tracked runs")
 	fset.StringVar(&c.CgroupParent, "cgroup-parent", "allox", "cgroup below the cgroup2 mount that holds the agents' and sessions' groups")
 	fset.BoolVar(&c.SystemOnly, "system-only", false, "serve only system.* actions, without the workspace runtime")
@@ -207,6 +219,9 @@ func ParseFlags(args []string, stderr io.Writer) (Config, error) {
 		return nil
 	})
 	fset.StringVar(&c.SessionNetworkPolicy, "session-network-policy", DefaultSessionNetworkPolicy, "egress policy `file` of the session network's broker, outside every workspace (reload: SIGHUP or network.reload)")
+	fset.StringVar(&c.MonitorRoot, "monitor-root", "", "enable the monitor plugin (OTLP receiver per session, allox monitor, summaries, reports) keeping its journals in this `directory`, outside every workspace, e.g. /var/lib/allox/monitor")
+	fset.Func("monitor-session-bytes", "`size` bound of each session's monitor journal, e.g. 32MiB (it keeps at most twice this; default 32MiB)", sizeFlag(&c.MonitorSessionBytes))
+	fset.StringVar(&c.MonitorExport, "monitor-export", "", "upstream OTLP/HTTP `endpoint` that receives a copy of everything the monitor records, e.g. http://collector:4318 (needs --monitor-root)")
 	fset.StringVar(&c.SessionSockets, "session-sockets", DefaultSessionSockets, "`directory` of the sessions' own sockets, outside every workspace (the daemon makes it 0711 and clears it at start)")
 	fset.StringVar(&c.Client, "client", DefaultClient, "the allox client `program` bound at "+ClientTarget+" in every sandboxed run, with share.py and network.py beside it (\"\": bind none)")
 	if err := fset.Parse(args); err != nil {
@@ -404,6 +419,19 @@ func (c Config) validateSessionNetwork() []error {
 		errs = append(errs, fmt.Errorf("--session-network-policy %q: name the policy file by its absolute path, outside every workspace, e.g. %s", c.SessionNetworkPolicy, DefaultSessionNetworkPolicy))
 	case c.Root != "" && (p == filepath.Clean(c.Root) || strings.HasPrefix(p, filepath.Clean(c.Root)+"/")):
 		errs = append(errs, fmt.Errorf("--session-network-policy %s is inside the workspace store %s (--root): keep the policy outside every workspace, e.g. %s", c.SessionNetworkPolicy, c.Root, DefaultSessionNetworkPolicy))
+	}
+	switch p := filepath.Clean(c.MonitorRoot); {
+	case c.MonitorRoot == "":
+		if c.MonitorExport != "" || c.MonitorSessionBytes != 0 {
+			errs = append(errs, errors.New("--monitor-export and --monitor-session-bytes need --monitor-root: the monitor is enabled by naming its directory"))
+		}
+	case !filepath.IsAbs(p):
+		errs = append(errs, fmt.Errorf("--monitor-root %q: name the directory by its absolute path, outside every workspace, e.g. /var/lib/allox/monitor", c.MonitorRoot))
+	case c.Root != "" && (p == filepath.Clean(c.Root) || strings.HasPrefix(p, filepath.Clean(c.Root)+"/")):
+		errs = append(errs, fmt.Errorf("--monitor-root %s is inside the workspace store %s (--root): keep the journals outside every workspace (and so outside every rollback), e.g. /var/lib/allox/monitor", c.MonitorRoot, c.Root))
+	}
+	if u, err := url.Parse(c.MonitorExport); c.MonitorExport != "" && (err != nil || (u.Scheme != "http" && u.Scheme != "https") || u.Host == "") {
+		errs = append(errs, fmt.Errorf("--monitor-export %q: name an OTLP/HTTP endpoint, e.g. http://collector:4318", c.MonitorExport))
 	}
 	return errs
 }

@@ -42,6 +42,10 @@ func TestParseFlagsErrors(t *testing.T) {
 		inMessage string
 	}{
 		{"no root", nil, "--root is required"},
+		{"monitor root inside the store", []string{"--root", root, "--monitor-root", filepath.Join(root, "mon")}, "keep the journals outside every workspace"},
+		{"monitor root relative", []string{"--root", root, "--monitor-root", "mon"}, "absolute path"},
+		{"monitor export without the monitor", []string{"--root", root, "--monitor-export", "http://c:4318"}, "need --monitor-root"},
+		{"monitor export not a URL", []string{"--root", root, "--monitor-root", "/var/lib/allox/monitor", "--monitor-export", "c:4318"}, "name an OTLP/HTTP endpoint"},
 		{"missing root", []string{"--root", filepath.Join(root, "nope")}, "create the store"},
 		{"root is a file", []string{"--root", file}, "not a directory"},
 		{"observer with the eBPF provider", []string{"--root", root, "--observer", "--process-tracker", "--process-tree-provider", "ebpf"}, "never loaded together"},

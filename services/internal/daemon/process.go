@@ -69,7 +69,7 @@ func (h workspaceHandlers) startRequest(ctx context.Context, c *Call, into inter
 	undo := func() {}
 	if h.plugins != nil {
 		req.Extra = h.plugins.Extra()
-		base := plugin.RunStart{AgentID: p.AgentID, SessionID: p.SessionID, Managed: p.Managed}
+		base := plugin.RunStart{AgentID: p.AgentID, SessionID: p.SessionID, Managed: p.Managed, Argv: p.Argv, Env: p.Env}
 		run, err := h.plugins.StartRun(ctx, base, owned)
 		if err != nil {
 			return tracked.StartRequest{}, nil, err

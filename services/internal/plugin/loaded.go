@@ -340,6 +340,7 @@ func (l *Loaded) StartRun(ctx context.Context, base RunStart, params map[string]
 			continue
 		}
 		r := &RunStart{AgentID: base.AgentID, SessionID: base.SessionID, Managed: base.Managed, Params: params[o.Name],
+			Argv: base.Argv, Env: base.Env,
 			runEnv: o.c.RunEnv, mayNS: o.c.NetNS}
 		hook, err := o.c.Run(ctx, r)
 		undo = append(undo, r.undo...)

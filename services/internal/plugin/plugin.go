@@ -137,6 +137,10 @@ type RunStart struct {
 	// Params are the process.start params the plugin owns (Plugin.StartParams) that the request
 	// set, undecoded.
 	Params map[string]json.RawMessage
+	// Argv and Env are the request's command and environment (read only; the monitor reads a
+	// W3C TRACEPARENT from it).
+	Argv []string
+	Env  map[string]string
 
 	undo   []func()
 	runEnv []string // what the plugin declared (Contribution.RunEnv)

@@ -62,3 +62,7 @@ func labelKey(k string) string {
 	}
 	return ""
 }
+
+// CheckLabels applies the checkpoint labels' bounds to other labels the daemon keeps (a turn's):
+// it returns an *Error naming the labels field.
+func CheckLabels(op string, labels map[string]string) error { return checkLabels(op, labels) }

@@ -10,13 +10,15 @@ import (
 	"sync"
 )
 
-// Policy is the Session/Turn checkpoint policy: on by default, switched off (or on again) per agent
-// and per session; a session's own setting wins over its agent's. It is daemon state, persisted
-// outside every workspace.
+// Policy is the Session/Turn checkpoint policy: off unless enabled — for every session by the
+// daemon (SetDefault, --turn-checkpoints), or per agent and per session; a session's own setting
+// wins over its agent's, and an agent's over the daemon's. The agents' and sessions' settings are
+// daemon state, persisted outside every workspace; the default comes from the command line.
 type Policy struct {
 	path string
 	mu   sync.Mutex
 	st   policyState
+	on   bool // the default, for an agent and session without a setting of their own
 }
 
 type policyState struct {
@@ -62,7 +64,20 @@ func (p *Policy) Enabled(agent, session string) bool {
 	if v, ok := p.st.Agents[agent]; ok {
 		return v
 	}
-	return true
+	return p.on
+}
+
+// SetDefault sets the policy of every agent and session without a setting of their own
+// (--turn-checkpoints); it is not persisted.
+func (p *Policy) SetDefault(on bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.on = on
+}
+
+// ClearAgent drops the agent's own setting: its sessions without one follow the default.
+func (p *Policy) ClearAgent(agent string) error {
+	return p.update(func(st *policyState) { delete(st.Agents, agent) })
 }
 
 // SetAgent switches the policy for an agent's sessions that have no setting of their own.
@@ -95,7 +110,8 @@ func (p *Policy) SetSession(agent, session string, on bool) error {
 	return p.update(func(st *policyState) { st.Sessions[agent+"/"+session] = on })
 }
 
-// ForgetSession drops a deleted session's setting.
+// ForgetSession drops a deleted session's setting (and a session's own setting, which then
+// follows its agent's).
 func (p *Policy) ForgetSession(agent, session string) error {
 	return p.update(func(st *policyState) { delete(st.Sessions, agent+"/"+session) })
 }

@@ -8,13 +8,16 @@ func TestPolicy(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !p.Enabled("a", "s") {
-		t.Fatal("turn checkpoints must default to on")
+	if p.Enabled("a", "s") {
+		t.Fatal("turn checkpoints must default to off (the seed: once enabled)")
 	}
 	if err := p.SetAgent("a", false); err != nil {
 		t.Fatal(err)
 	}
 	if err := p.SetSession("a", "keep", true); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.SetAgent("c", true); err != nil {
 		t.Fatal(err)
 	}
 	reopened, err := OpenPolicy(dir)
@@ -24,9 +27,18 @@ func TestPolicy(t *testing.T) {
 	for _, tc := range []struct {
 		agent, session string
 		want           bool
-	}{{"a", "s", false}, {"a", "keep", true}, {"b", "s", true}} {
+	}{{"a", "s", false}, {"a", "keep", true}, {"b", "s", false}, {"c", "s", true}} {
 		if got := reopened.Enabled(tc.agent, tc.session); got != tc.want {
 			t.Errorf("Enabled(%s, %s) = %v after restart, want %v", tc.agent, tc.session, got, tc.want)
+		}
+	}
+	reopened.SetDefault(true)
+	for _, tc := range []struct {
+		agent, session string
+		want           bool
+	}{{"a", "s", false}, {"b", "s", true}, {"c", "s", true}} {
+		if got := reopened.Enabled(tc.agent, tc.session); got != tc.want {
+			t.Errorf("with the daemon default on: Enabled(%s, %s) = %v, want %v", tc.agent, tc.session, got, tc.want)
 		}
 	}
 	if err := reopened.ForgetSession("a", "keep"); err != nil {
@@ -34,6 +46,12 @@ func TestPolicy(t *testing.T) {
 	}
 	if reopened.Enabled("a", "keep") {
 		t.Error("a forgotten session must fall back to its agent's setting (off)")
+	}
+	if err := reopened.ClearAgent("a"); err != nil {
+		t.Fatal(err)
+	}
+	if !reopened.Enabled("a", "s") {
+		t.Error("an agent whose setting is cleared must follow the daemon default (on)")
 	}
 }
 
@@ -44,8 +62,8 @@ func TestPolicySharedWritable(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	off := false
-	if err := p.SetAgentOptions("w", &off, true); err != nil {
+	on := true
+	if err := p.SetAgentOptions("w", &on, true); err != nil {
 		t.Fatal(err)
 	}
 	if err := p.SetAgentOptions("r", nil, false); err != nil {
@@ -55,8 +73,8 @@ func TestPolicySharedWritable(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if !p.SharedWritable("w") || p.SharedWritable("r") || p.Enabled("w", "x") || !p.Enabled("r", "x") {
-		t.Errorf("after reopen: shared w %v r %v, turns w %v r %v; want true false false true",
+	if !p.SharedWritable("w") || p.SharedWritable("r") || !p.Enabled("w", "x") || p.Enabled("r", "x") {
+		t.Errorf("after reopen: shared w %v r %v, turns w %v r %v; want true false true false",
 			p.SharedWritable("w"), p.SharedWritable("r"), p.Enabled("w", "x"), p.Enabled("r", "x"))
 	}
 	if err := p.ForgetAgent("w"); err != nil {

@@ -40,6 +40,8 @@ type Deps struct {
 	Runs   *tracked.Manager
 	Fences *fence.Registry
 	Policy *Policy
+	// Turns is the sessions' turn history; nil: turns are not recorded.
+	Turns *TurnLog
 	// Limits are the sessions' resource limits; nil: none (every session unlimited).
 	Limits *Limits
 	// Audit, if set, receives the events the service causes without a request (the RPC layer
@@ -59,6 +61,7 @@ type Service struct {
 	runs           *tracked.Manager
 	fences         *fence.Registry
 	policy         *Policy
+	turns          *TurnLog
 	limits         *Limits
 	auditLog       *audit.Log
 	killOnRollback bool
@@ -69,7 +72,7 @@ type Service struct {
 
 // New returns the service over d.
 func New(d Deps) *Service {
-	return &Service{store: d.Store, runs: d.Runs, fences: d.Fences, policy: d.Policy, limits: d.Limits,
+	return &Service{store: d.Store, runs: d.Runs, fences: d.Fences, policy: d.Policy, turns: d.Turns, limits: d.Limits,
 		auditLog: d.Audit, killOnRollback: d.KillOnRollback, quota: d.Quota}
 }
 
@@ -160,6 +163,9 @@ func (s *Service) CreateSessionWith(agent, id string, opt SessionOptions) (*stor
 // forgetSession drops a session's policy and limits.
 func (s *Service) forgetSession(agent, id string) error {
 	err := s.policy.ForgetSession(agent, id)
+	if s.turns != nil {
+		err = errors.Join(err, s.turns.Forget(agent, id))
+	}
 	if s.limits != nil {
 		err = errors.Join(err, s.limits.Forget(agent, id))
 	}
@@ -335,7 +341,7 @@ func (s *Service) CreateAgent(id string, turnCheckpoints *bool) (*store.Agent, e
 
 // AgentOptions are agent.create's optional settings.
 type AgentOptions struct {
-	TurnCheckpoints *bool // the agent's turn policy; nil: the default (on)
+	TurnCheckpoints *bool // the agent's turn policy; nil: the daemon's default (off unless --turn-checkpoints)
 	// SharedWritable lets the agent's runs write its shared/ ("shared": "rw"); the default is
 	// read-only. shared/ is outside every rollback, and the daemon does not serialise the
 	// agent's concurrent sessions there.

@@ -74,7 +74,8 @@ func newFixture(t testing.TB) *fixture {
 		current: filepath.Join(root, "agents/a/workspace/sessions/s/current")}
 	ctx := context.Background()
 	must(t, f.host.Call(ctx, "agent.create", map[string]any{"agent_id": "a"}, nil))
-	must(t, f.host.Call(ctx, "session.create", map[string]any{"agent_id": "a", "session_id": "s"}, nil))
+	// with the turn policy on, the session has its baseline checkpoint (the rollback tests return to it)
+	must(t, f.host.Call(ctx, "session.create", map[string]any{"agent_id": "a", "session_id": "s", "turn_checkpoints": true}, nil))
 	f.ca = newSigner(t)
 	srv, err := New(Config{
 		HostKey: newSigner(t),
