@@ -3,7 +3,9 @@ package main
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -11,6 +13,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/allox-os/allox/internal/rpc"
+	"github.com/allox-os/allox/internal/testenv"
 	"github.com/allox-os/allox/services/internal/monitor"
 	colmetrics "go.opentelemetry.io/proto/otlp/collector/metrics/v1"
 	coltrace "go.opentelemetry.io/proto/otlp/collector/trace/v1"
@@ -44,6 +48,37 @@ func monitorSession(t *testing.T) string {
 	mustPost(t, url, `{"action":"agent.create","params":{"agent_id":"a"}}`)
 	mustPost(t, url, `{"action":"session.create","params":{"agent_id":"a","session_id":"s","network":"disabled"}}`)
 	return url
+}
+
+// relayedEndpoint is session's receiver as a process of the session reaches it: a socat run of
+// the session relays connections from a free loopback port to ep, so the test, outside the
+// session (which the receiver refuses), posts through a run of it.
+func relayedEndpoint(t *testing.T, url, session, ep string) string {
+	t.Helper()
+	testenv.Tool(t, "socat", "apt-get install socat")
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	must(t, err)
+	port := ln.Addr().(*net.TCPAddr).Port
+	ln.Close()
+	p, _ := json.Marshal(map[string]any{"agent_id": "a", "session_id": session,
+		"argv": []string{"socat", fmt.Sprintf("TCP-LISTEN:%d,bind=127.0.0.1,fork,reuseaddr", port), "TCP:" + strings.TrimPrefix(ep, "http://")}})
+	var r rpc.Run
+	raw, rerr := call(t, url, "", "process.start", string(p))
+	if rerr != nil {
+		t.Fatalf("the relay: %+v", rerr)
+	}
+	must(t, json.Unmarshal(raw, &r))
+	t.Cleanup(func() { call(t, url, "", "process.kill", `{"run_id":"`+r.RunID+`"}`) })
+	addr := fmt.Sprintf("127.0.0.1:%d", port)
+	for range 100 {
+		if c, err := net.Dial("tcp", addr); err == nil {
+			c.Close()
+			return "http://" + addr
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatalf("the session's relay never listened on %s", addr)
+	return ""
 }
 
 func spanNames(t *testing.T, url, session string) []string {
@@ -121,6 +156,28 @@ func TestMonitorSessionsApart(t *testing.T) {
 			t.Errorf("iso's spans: %q, want its own one alone", got)
 		}
 	})
+	t.Run("another network-disabled session cannot post to a disabled session's receiver", func(t *testing.T) {
+		mustPost(t, url, `{"action":"session.create","params":{"agent_id":"a","session_id":"open2","network":"disabled"}}`)
+		open2Agent := installAgent(t, url, "open2")
+		r, _, stderr := monitorRun(t, url, "open2", map[string]any{"argv": []string{open2Agent, "post", openEP}})
+		if exited0(r) {
+			t.Errorf("a run of session open2 exported to open's receiver %s (both in the guest's namespace)", openEP)
+		}
+		t.Logf("refused: %s", strings.TrimSpace(stderr))
+		if got := spanNames(t, url, "open"); len(got) != 1 {
+			t.Errorf("open's spans after the attack: %q, want its own one alone", got)
+		}
+	})
+	t.Run("the guest cannot post to a disabled session's receiver", func(t *testing.T) {
+		resp, err := http.Post(openEP+"/v1/traces", "application/json", strings.NewReader(`{}`))
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusForbidden {
+			t.Errorf("POST %s from a process outside the session: %s, want 403", openEP, resp.Status)
+		}
+	})
 	t.Run("allox monitor span is the caller's session's", func(t *testing.T) {
 		r, _, stderr := monitorRun(t, url, "open", map[string]any{"argv": []string{"/run/allox/bin/allox", "monitor", "span", "read_file",
 			"--category", "tool", "--duration-ms", "5", "--attr", "gen_ai.tool.name=read_file", "--attr", "bytes=42"}})
@@ -153,7 +210,7 @@ func TestMonitorSessionsApart(t *testing.T) {
 // says why, nothing is stored, and the receiver keeps serving.
 func TestMonitorMalformedOTLP(t *testing.T) {
 	url := monitorSession(t)
-	ep := endpointOf(t, url, "s")
+	ep := relayedEndpoint(t, url, "s", endpointOf(t, url, "s"))
 	valid := func(n int) []byte {
 		ss := &tracepb.ScopeSpans{}
 		for i := 0; i < n; i++ {
@@ -232,7 +289,7 @@ func TestMonitorMalformedOTLP(t *testing.T) {
 // and event name.
 func TestMonitorMetricsAndLogs(t *testing.T) {
 	url := monitorSession(t)
-	ep := endpointOf(t, url, "s")
+	ep := relayedEndpoint(t, url, "s", endpointOf(t, url, "s"))
 	str := func(k, v string) *commonpb.KeyValue {
 		return &commonpb.KeyValue{Key: k, Value: &commonpb.AnyValue{Value: &commonpb.AnyValue_StringValue{StringValue: v}}}
 	}

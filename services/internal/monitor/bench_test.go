@@ -57,7 +57,7 @@ func BenchmarkOTLPIngest(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	if err := m.enterNS(key{"a", "s"}, os.Getpid()); err != nil { // as a run in the daemon's namespace
+	if err := m.enterNS(key{"a", "s"}, os.Getpid(), ownCgroup(b)); err != nil { // as a run in the daemon's namespace
 		b.Fatal(err)
 	}
 	base := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { _, _ = io.Copy(io.Discard, r.Body) }))

@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -167,7 +168,7 @@ func TestForwardMetricsUpstream(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if err := m.enterNS(k, os.Getpid()); err != nil {
+	if err := m.enterNS(k, os.Getpid(), ownCgroup(t)); err != nil {
 		t.Fatal(err)
 	}
 	v := 1.0
@@ -186,5 +187,37 @@ func TestForwardMetricsUpstream(t *testing.T) {
 	defer c.mu.Unlock()
 	if got := c.metrics["queue"]; got["allox.session_id"] != "s" || got["allox.agent_id"] != "a" {
 		t.Errorf("the metric upstream: resource %v (all: %v)", got, c.metrics)
+	}
+}
+
+// Attack: a process outside the session's cgroup tree posts to the session's receiver in the
+// daemon's namespace (as another network-disabled session's run could): 403, nothing stored.
+func TestReceiverRefusesOtherProcesses(t *testing.T) {
+	m, err := Open(Config{Root: t.TempDir()}, noTurns{}, nil, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Close()
+	k := key{"a", "s"}
+	port, err := m.port(k)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := m.enterNS(k, os.Getpid(), t.TempDir()); err != nil { // a session tree without this process
+		t.Fatal(err)
+	}
+	body, _ := proto.Marshal(&colmetrics.ExportMetricsServiceRequest{})
+	resp, err := http.Post("http://127.0.0.1:"+strconv.Itoa(port)+"/v1/metrics", ctProtobuf, bytes.NewReader(body))
+	if err != nil {
+		t.Fatal(err)
+	}
+	msg, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusForbidden || !strings.Contains(string(msg), "another session's") {
+		t.Fatalf("a post from outside the session: %s %q, want 403 saying whose receiver it is", resp.Status, msg)
+	}
+	recs, err := m.journal.read(k.agent, k.session)
+	if err != nil || len(recs) != 0 {
+		t.Fatalf("the refused post stored %d records (%v)", len(recs), err)
 	}
 }

@@ -212,10 +212,11 @@ func (m *Monitor) serve(k key, ep *endpoint, ns uint64, ln net.Listener) {
 
 // enterNS makes sure the session's receiver listens on its port inside the network namespace of
 // process pid (a run's, before its command is released): in the daemon's namespace on the
-// reserved socket, or inside the session's own namespace (the session network's isolated and
-// proxy modes), where its runs reach it and nobody else does; the reservation in the daemon's
+// reserved socket, serving only connections made by processes of the session's cgroup tree at
+// group (sessionListener), or inside the session's own namespace (the session network's isolated
+// and proxy modes), where its runs reach it and nobody else does; the reservation in the daemon's
 // namespace then stays unlistened.
-func (m *Monitor) enterNS(k key, pid int) error {
+func (m *Monitor) enterNS(k key, pid int, group string) error {
 	path := fmt.Sprintf("/proc/%d/ns/net", pid)
 	ino, err := nsInode(path)
 	if err != nil {
@@ -231,12 +232,15 @@ func (m *Monitor) enterNS(k key, pid int) error {
 		if ep.reserve == nil {
 			return errors.New("BUG: monitor: the session's reserved port is gone")
 		}
+		if group == "" {
+			return errors.New("BUG: monitor: a run in the daemon's namespace without its session's cgroup")
+		}
 		ln, err := listenReserved(ep.reserve)
 		if err != nil {
 			return fmt.Errorf("monitor: the session's OTLP receiver on port %d: %w", ep.port, err)
 		}
 		ep.reserve = nil
-		m.serve(k, ep, ino, ln)
+		m.serve(k, ep, ino, sessionListener{Listener: ln, group: group})
 		return nil
 	}
 	ns, err := os.Open(path)

@@ -193,3 +193,24 @@ func TestReport(t *testing.T) {
 		}
 	}
 }
+
+// ownCgroup is the cgroup v2 directory of the test process: the "session" of a receiver the test
+// itself posts to.
+func ownCgroup(tb testing.TB) string {
+	tb.Helper()
+	b, err := os.ReadFile("/proc/self/cgroup")
+	if err != nil {
+		tb.Fatal(err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if rest, ok := strings.CutPrefix(line, "0::"); ok {
+			for _, mnt := range []string{"/sys/fs/cgroup/unified", "/sys/fs/cgroup"} {
+				if _, err := os.Stat(filepath.Join(mnt, "cgroup.controllers")); err == nil {
+					return filepath.Join(mnt, rest)
+				}
+			}
+		}
+	}
+	tb.Fatalf("no cgroup v2 line in /proc/self/cgroup: %q", b)
+	return ""
+}

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"path/filepath"
 	"strconv"
 	"sync"
 	"time"
@@ -115,7 +116,7 @@ func (h *runHook) Begin(st *tracked.Status) (json.RawMessage, error) {
 		h.start = time.Now().UTC()
 	}
 	if st.Pid > 0 {
-		err := h.m.enterNS(h.k, st.Pid)
+		err := h.m.enterNS(h.k, st.Pid, filepath.Dir(st.Cgroup)) // the run's group is below its session's
 		h.started(err != nil)
 		if err != nil {
 			return nil, err
