@@ -7,7 +7,6 @@ import (
 	"io"
 	"regexp"
 	"sync"
-	"syscall"
 
 	"golang.org/x/crypto/ssh"
 
@@ -44,43 +43,7 @@ type fallback struct {
 	runID string
 }
 
-// execProcess is a run on a terminal of the appliance as a term.Process.
-type execProcess struct{ x *rpc.Exec }
-
-func (p execProcess) Read(b []byte) (int, error)  { return p.x.Stdout.Read(b) }
-func (p execProcess) Write(b []byte) (int, error) { return p.x.Write(b) }
-func (p execProcess) Close() error                { return p.x.Close() }
-func (p execProcess) Pid() int                    { return p.x.Run.Pid }
-
-func (p execProcess) Resize(cols, rows int) error { return p.x.Resize(uint16(rows), uint16(cols)) }
-
-// Signal can only kill: the stream carries no signals, and closing it kills the run.
-func (p execProcess) Signal(sig syscall.Signal) error {
-	if sig != syscall.SIGKILL {
-		return fmt.Errorf("a session's terminal takes no %s over its stream, only a kill", sig)
-	}
-	return p.x.Close()
-}
-
-func (p execProcess) Wait() (int, string) {
-	r, err := p.x.Wait(context.Background())
-	if err != nil {
-		return -1, ""
-	}
-	if sig := signalName(r.Signal); sig != "" {
-		for n := syscall.Signal(1); n < 32; n++ {
-			if n.String() == r.Signal {
-				return 128 + int(n), r.Signal
-			}
-		}
-	}
-	if r.ExitCode != nil {
-		return *r.ExitCode, ""
-	}
-	return -1, ""
-}
-
-// get returns the session's live terminal name, starting it when there is none (or it ended).
+// fallbackTerminal returns the session's live terminal name, starting it when there is none (or it ended).
 func (c *conn) fallbackTerminal(name string, size *rpc.ExecTerminal, env map[string]string) (*fallback, error) {
 	fs := &c.s.fallbacks
 	k := fallbackKey{c.agent, c.session, name}
@@ -99,7 +62,7 @@ func (c *conn) fallbackTerminal(name string, size *rpc.ExecTerminal, env map[str
 	}
 	go io.Copy(io.Discard, x.Stderr) // a terminal run has none; drained all the same
 	f := &fallback{runID: x.Run.RunID, t: term.Attach(term.Spec{Cols: int(size.Cols), Rows: int(size.Rows),
-		RingBytes: 1 << 20, ScrollbackLines: 2000}, execProcess{x}, nil)}
+		RingBytes: 1 << 20, ScrollbackLines: 2000}, term.RunProcess(x), nil)}
 	if fs.terms == nil {
 		fs.terms = map[fallbackKey]*fallback{}
 	}
