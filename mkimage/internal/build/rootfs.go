@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -26,11 +28,27 @@ func fetchUserland(ctx context.Context, s *state) error {
 		return err
 	}
 	s.userland, s.packages = tarball, pkgs
+	if s.hashes.unchanged(tarball) {
+		s.reused("%s cached and hashed before", filepath.Base(tarball))
+	} else {
+		s.ran("hashed %s, new to this output directory", filepath.Base(tarball))
+	}
 	return s.prov.addInput("debian-userland", filepath.Base(tarball), fmt.Sprintf("%s, %d packages", r.Suite, len(pkgs)), tarball)
 }
 
-// stageRootfs lays our binaries, the service manifest and the mountpoints over the userland.
+// stageRootfs lays our binaries, the service manifest and the mountpoints over the userland. It
+// does nothing when the disk and the initramfs written from a tree of the same inputs are intact.
 func stageRootfs(ctx context.Context, s *state) error {
+	if err := s.keyTree(); err != nil {
+		return err
+	}
+	if !s.needDisk() && !s.needInitramfs() {
+		s.verity, s.memMiB = s.prev.Tree.Verity, s.prev.Tree.MemoryMiB
+		s.next.Tree = s.prev.Tree
+		s.reused("%s and %s were written from the same inputs and are intact", artifact.Rootfs, artifact.Initramfs)
+		return nil
+	}
+	s.ran("%s", s.whyTree())
 	tree, err := rootfs.Stage(s.userland)
 	if err != nil {
 		return err
@@ -51,6 +69,13 @@ func stageRootfs(ctx context.Context, s *state) error {
 		return err
 	}
 	s.tree = tree
+	s.next.Tree = &treeRecord{Inputs: s.treeKey, MemoryMiB: s.memoryMiB()}
+	if !s.needDisk() {
+		s.next.Tree.Disk, s.next.Tree.Verity = s.prev.Tree.Disk, s.prev.Tree.Verity
+	}
+	if !s.needInitramfs() {
+		s.next.Tree.Initramfs = s.prev.Tree.Initramfs
+	}
 	return nil
 }
 
@@ -65,6 +90,12 @@ func (s *state) fsID(purpose string) string {
 }
 
 func writeDisk(ctx context.Context, s *state) error {
+	if s.tree == nil || !s.needDisk() {
+		s.verity = s.next.Tree.Verity
+		s.reused("written from the same inputs and intact")
+		return nil
+	}
+	s.ran("%s", s.whyOutput(s.prev.treeDisk(), artifact.Rootfs))
 	tmp := filepath.Join(s.work, artifact.Rootfs)
 	label := s.opt.Spec.Name
 	if len(label) > 16 {
@@ -83,6 +114,7 @@ func writeDisk(ctx context.Context, s *state) error {
 	if err := s.place(tmp, artifact.Rootfs); err != nil {
 		return err
 	}
+	s.next.Tree.Disk, s.next.Tree.Verity = treeDigest(s.treeKey), s.verity
 	return s.writeVerityParams()
 }
 
@@ -94,6 +126,11 @@ func (s *state) veritySalt() []byte {
 
 // writeInitramfs writes the same tree with the Go init at /init, for Kata's initrd mode.
 func writeInitramfs(ctx context.Context, s *state) error {
+	if s.tree == nil || !s.needInitramfs() {
+		s.reused("written from the same inputs and intact")
+		return nil
+	}
+	s.ran("%s", s.whyOutput(s.prev.treeInitramfs(), artifact.Initramfs))
 	init, ok := s.tree.Lookup(mustResolve(s.tree, InitPath))
 	if !ok {
 		return fmt.Errorf("BUG: %s missing from the staged tree", InitPath)
@@ -112,14 +149,19 @@ func writeInitramfs(ctx context.Context, s *state) error {
 	if err != nil {
 		return err
 	}
-	if err := initramfs.WriteGzip(f, s.tree, s.mtime()); err != nil {
+	h := sha256.New()
+	if err := initramfs.WriteGzip(io.MultiWriter(f, h), s.tree, s.mtime()); err != nil {
 		f.Close()
 		return err
 	}
 	if err := f.Close(); err != nil {
 		return err
 	}
-	return s.place(tmp, artifact.Initramfs)
+	if err := s.place(tmp, artifact.Initramfs); err != nil {
+		return err
+	}
+	s.next.Tree.Initramfs = treeDigest(s.treeKey)
+	return s.hashes.known(filepath.Join(s.out, artifact.Initramfs), hex.EncodeToString(h.Sum(nil)))
 }
 
 func mustResolve(t *initramfs.Tree, p string) string {
