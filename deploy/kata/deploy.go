@@ -77,7 +77,6 @@ func ReleaseOfHashed(sum func(path string) (string, error), files ...string) (st
 	return hex.EncodeToString(h.Sum(nil))[:16], nil
 }
 
-
 func (d Deployment) configDir() string {
 	if d.ConfigDir == "" {
 		return kataConfigPrefix + "/" + d.Name
