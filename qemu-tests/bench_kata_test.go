@@ -2,7 +2,6 @@ package qemutests
 
 import (
 	"fmt"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
@@ -23,8 +22,7 @@ import (
 // the medians, and prints init's step timings of the median boot of each.
 func BenchmarkKataBootToReady(b *testing.B) {
 	a := needAppliance(b, imageMode)
-	needBaseline(b) // the busybox and its checks; the kernel is ours
-	initrd := trivialInit(b)
+	initrd := needBaseline(b).initrd // its busybox init; the kernel is ours
 	formatted := formattedDisk(b, a)
 	b.Run(vm.Accel(), func(b *testing.B) {
 		var blank, warm, base []bootSample
@@ -102,23 +100,6 @@ func trivialToReady(b *testing.B, a *built, initrd string) bootSample {
 	}
 	v.Kill()
 	return bootSample{ready: l.At, steps: fmt.Sprintf("  %s at %.3fs\n", baseline.ReadyMarker, l.At.Seconds())}
-}
-
-// trivialInit writes the baseline's busybox initramfs.
-func trivialInit(tb testing.TB) string {
-	tb.Helper()
-	p := filepath.Join(tb.TempDir(), "trivial.cpio")
-	f, err := os.Create(p)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	if err := baseline.WriteInitramfs(f, baseline.Busybox); err != nil {
-		tb.Fatal(err)
-	}
-	if err := f.Close(); err != nil {
-		tb.Fatal(err)
-	}
-	return p
 }
 
 // formattedDisk is a store disk that one boot formatted and powered off cleanly.
