@@ -68,6 +68,15 @@ type state struct {
 	reported bool
 }
 
+// newState starts a build into out, with what the last build there recorded.
+func newState(opt Options, out, work string) *state {
+	prev := loadState(out)
+	s := &state{opt: opt, out: out, work: work, prov: newProvenance(opt), prev: prev,
+		next: &buildState{Version: stateVersion, Tools: map[string]toolStamp{}}, hashes: newHashes(prev.Files)}
+	s.prov.sum = s.hash
+	return s
+}
+
 // ran records that the running stage did its work, and why; reused that it did not.
 func (s *state) ran(format string, args ...any) { s.setReport(true, format, args...) }
 
@@ -121,10 +130,7 @@ func Run(ctx context.Context, opt Options) (*Result, error) {
 		return nil, err
 	}
 	defer os.RemoveAll(work)
-	prev := loadState(out)
-	s := &state{opt: opt, out: out, work: work, prov: newProvenance(opt), prev: prev,
-		next: &buildState{Version: stateVersion, Tools: map[string]toolStamp{}}}
-	s.hashes = newHashes(prev.Files)
+	s := newState(opt, out, work)
 	res := &Result{OutDir: out, StageSeconds: map[string]float64{}, Stages: map[string]StageReport{}}
 	total := time.Now()
 	var ran, reused int

@@ -43,7 +43,9 @@ type treeRecord struct {
 }
 
 // fileStamp identifies one version of a file: the kernel changes ctime on every write, rename
-// and link count change, and no one can set it.
+// and link count change, and no one can set it. A file with other hard links (the kernel's
+// artifacts, linked from the cache into every output directory) is stamped without its ctime,
+// which every link made or removed elsewhere moves.
 type fileStamp struct {
 	Dev, Ino, Size, MtimeNs, CtimeNs int64
 	SHA256                           string `json:",omitempty"`
@@ -59,8 +61,11 @@ func stampOf(p string) (fileStamp, error) {
 	if err := syscall.Stat(p, &st); err != nil {
 		return fileStamp{}, &fs.PathError{Op: "stat", Path: p, Err: err}
 	}
-	return fileStamp{Dev: int64(st.Dev), Ino: int64(st.Ino), Size: st.Size,
-		MtimeNs: st.Mtim.Nano(), CtimeNs: st.Ctim.Nano()}, nil
+	fs := fileStamp{Dev: int64(st.Dev), Ino: int64(st.Ino), Size: st.Size, MtimeNs: st.Mtim.Nano()}
+	if st.Nlink == 1 {
+		fs.CtimeNs = st.Ctim.Nano()
+	}
+	return fs, nil
 }
 
 func (a fileStamp) same(b fileStamp) bool {
