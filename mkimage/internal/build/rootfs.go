@@ -69,12 +69,13 @@ func stageRootfs(ctx context.Context, s *state) error {
 		return err
 	}
 	s.tree = tree
-	s.next.Tree = &treeRecord{Inputs: s.treeKey, MemoryMiB: s.memoryMiB()}
+	s.next.Tree = &treeRecord{Inputs: s.treeKey}
 	if !s.needDisk() {
 		s.next.Tree.Disk, s.next.Tree.Verity = s.prev.Tree.Disk, s.prev.Tree.Verity
 	}
 	if !s.needInitramfs() {
-		s.next.Tree.Initramfs = s.prev.Tree.Initramfs
+		s.next.Tree.Initramfs, s.memMiB = s.prev.Tree.Initramfs, s.prev.Tree.MemoryMiB
+		s.next.Tree.MemoryMiB = s.memMiB
 	}
 	return nil
 }
@@ -144,6 +145,7 @@ func writeInitramfs(ctx context.Context, s *state) error {
 	if err := s.tree.Set(console); err != nil {
 		return err
 	}
+	s.next.Tree.MemoryMiB = s.memoryMiB() // of the initramfs's tree, which initrd mode unpacks
 	tmp := filepath.Join(s.work, artifact.Initramfs)
 	f, err := os.Create(tmp)
 	if err != nil {
