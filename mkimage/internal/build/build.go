@@ -64,7 +64,8 @@ type state struct {
 	next     *buildState // what this build records
 	hashes   *hashes     // stat-keyed sha256 of every file hashed, carried over between builds
 	treeKey  map[string]string
-	report   StageReport // the running stage's
+	initrd   *initramfsJob // the initramfs being written beside the disk
+	report   StageReport   // the running stage's
 	reported bool
 }
 
@@ -139,6 +140,7 @@ func Run(ctx context.Context, opt Options) (*Result, error) {
 		fmt.Fprintf(opt.Progress, "==> [%d/%d] %s\n", i+1, len(stages), st.name)
 		s.report, s.reported = StageReport{Ran: true}, false
 		if err := st.run(ctx, s); err != nil {
+			s.waitInitramfs()
 			return nil, fmt.Errorf("%s: %w", st.name, err)
 		}
 		d := time.Since(start)
