@@ -130,7 +130,7 @@ var (
 )
 
 // bootSteps lists, from a console, when init's first step was done (the kernel's share ends
-// before), init's steps that took 10 ms or more, and when the services and the boot were ready,
+// before), init's steps that took 10 ms or more, and when the services started and were ready and the boot was done,
 // each with its console time.
 func bootSteps(lines []vm.Line) string {
 	var b strings.Builder
@@ -148,6 +148,10 @@ func bootSteps(lines []vm.Line) string {
 			}
 			if d, err := time.ParseDuration(took[1]); err == nil && d >= 10*time.Millisecond {
 				fmt.Fprintf(&b, "  %7.3fs  %-8s %s\n", l.At.Seconds(), took[1], name[1])
+			}
+		case strings.Contains(l.Text, `msg="service started"`):
+			if m := service.FindStringSubmatch(l.Text); m != nil {
+				fmt.Fprintf(&b, "  %7.3fs  service %s started\n", l.At.Seconds(), m[1])
 			}
 		case strings.Contains(l.Text, `msg="service ready"`):
 			if m := service.FindStringSubmatch(l.Text); m != nil {
