@@ -172,7 +172,9 @@ func leaveRootfs() (bool, error) {
 // UUIDs from libuuid, which polls getrandom(GRND_NONBLOCK) for up to a second per UUID while it
 // is not (a VM without virtio-rng, early in its first boot) and then settles for /dev/urandom:
 // five seconds of a TCG boot. A blocking getrandom makes the kernel seed it from its own timer
-// jitter after at most a second; with virtio-rng (as Kata attaches) it returns at once.
+// jitter after at most a second; with virtio-rng (as Kata attaches) it returns at once. After
+// randomWait it gives up waiting and lets mkfs.btrfs fall back as it would (a kernel that cannot
+// seed itself must not stop the boot).
 func waitRandom(ctx context.Context) error {
 	done := make(chan error, 1)
 	go func() {
@@ -191,7 +193,11 @@ func waitRandom(ctx context.Context) error {
 			return fmt.Errorf("wait for the kernel's random number generator: %w", err)
 		}
 		return nil
+	case <-time.After(randomWait):
+		return nil
 	case <-ctx.Done():
 		return context.Cause(ctx)
 	}
 }
+
+const randomWait = 3 * time.Second
