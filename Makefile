@@ -71,7 +71,7 @@ unit: deps
 bench: image
 	bin/mkimage build -out $(OUT)/no-kata-parity qemu-tests/testdata/no-kata-parity.hcl
 	ALLOX_OUT=$(abspath $(OUT)) $(GO) run ./ci/bench -out $(abspath $(OUT)) -before-parity $(abspath $(OUT))/no-kata-parity
-	ALLOX_OUT=$(abspath $(OUT)) $(GO) test -run '^$$' -bench . -benchtime 5x -timeout 60m ./qemu-tests/
+	ALLOX_OUT=$(abspath $(OUT)) $(GO) test -run '^$$' -bench . -benchtime 10x -timeout 90m ./qemu-tests/
 	STORE_BENCH_FILES=1000,10000,100000 $(GO) test -run '^$$' -bench 'Checkpoint|Rollback' -benchtime 200x -timeout 60m ./services/internal/store/
 	STORE_BENCH_FILES=1000,10000,100000 $(GO) test -run '^$$' -bench 'QuotaCost|SharedIndex' -benchtime 1x -timeout 60m ./services/internal/store/
 	$(GO) test -run '^$$' -bench . -benchtime 300x ./services/internal/tracked/

@@ -29,4 +29,4 @@ if ! "$mkimage" diff "$scratch/out1" "$scratch/out2"; then
   exit 1
 fi
 "$mkimage" verify "$scratch/out1"
-echo "repro-check: two builds with fresh userland caches are bit-for-bit identical ($(find "$scratch/out1" -type f | wc -l) files) in $(($(date +%s) - start)) s"
+echo "repro-check: two builds with fresh userland caches are bit-for-bit identical ($(find "$scratch/out1" -type f -not -name '.*' | wc -l) files) in $(($(date +%s) - start)) s"

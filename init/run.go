@@ -64,21 +64,17 @@ func (a *app) run() error {
 	if err := boot.Run(ctx, a.sys, read, a.report); err != nil {
 		return causeOf(ctx, err)
 	}
-	if err := boot.Run(ctx, a.sys, boot.Late(&m), a.report); err != nil {
-		return causeOf(ctx, err)
-	}
 	go a.reaper.Run(context.Background()) // from here on the reaper alone calls wait(2)
-	if err := a.prepareServices(&m); err != nil {
-		a.log.Error("step failed", "step", "start services", "err", err)
-		return &boot.StepError{Step: "start services", Err: err}
+	// The store (on the first boot, mkfs.btrfs of the blank disk) needs only the devices and the
+	// manifest: it runs beside the network, the fw_cfg blobs, the services' groups and the
+	// kata-agent's start, and the services start once it is mounted.
+	store := make(chan error, 1)
+	go func() { store <- boot.Run(ctx, a.sys, boot.StoreSteps(&m), a.report) }()
+	if err := a.beforeStore(ctx, &m); err != nil {
+		<-store // never power off in the middle of formatting the store
+		return err
 	}
-	// The kata-agent first: Kata's runtime dials it on vsock as soon as the VM runs and gives up
-	// after 45 s, while the first boot's mkfs.btrfs of the store can take many seconds under TCG.
-	// The agent needs nothing of the store or of the workspace services.
-	if a.agent {
-		a.sup.Start(supervise.AgentName)
-	}
-	if err := boot.Run(ctx, a.sys, boot.StoreSteps(&m), a.report); err != nil {
+	if err := <-store; err != nil {
 		return causeOf(ctx, err)
 	}
 	a.sup.Start()
@@ -95,6 +91,25 @@ func (a *app) run() error {
 			return context.Cause(ctx)
 		}
 	}
+}
+
+// beforeStore runs what the boot does while the store is being mounted: the late steps, the
+// services' supervisor and the kata-agent's start.
+func (a *app) beforeStore(ctx context.Context, m *manifest.Manifest) error {
+	if err := boot.Run(ctx, a.sys, boot.Late(m), a.report); err != nil {
+		return causeOf(ctx, err)
+	}
+	if err := a.prepareServices(m); err != nil {
+		a.log.Error("step failed", "step", "start services", "err", err)
+		return &boot.StepError{Step: "start services", Err: err}
+	}
+	// The kata-agent first: Kata's runtime dials it on vsock as soon as the VM runs and gives up
+	// after 45 s, while the first boot's mkfs.btrfs of the store can take seconds under TCG. The
+	// agent needs nothing of the store or of the workspace services.
+	if a.agent {
+		a.sup.Start(supervise.AgentName)
+	}
+	return nil
 }
 
 func causeOf(ctx context.Context, err error) error {

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"maps"
 	"path"
 	"sort"
 	"strings"
@@ -61,6 +62,12 @@ type Tree struct {
 	entries map[string]Entry
 	// below counts, for every directory path, the explicit entries strictly beneath it.
 	below map[string]int
+}
+
+// Clone returns a copy of t that can be changed without changing t; the entries' contents (Data)
+// are shared, and neither tree may change them.
+func (t *Tree) Clone() *Tree {
+	return &Tree{entries: maps.Clone(t.entries), below: maps.Clone(t.below)}
 }
 
 // ErrExists is returned (wrapped) by Add when the path is already in the tree.

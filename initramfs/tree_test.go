@@ -208,3 +208,30 @@ func must(t testing.TB, err error) {
 		t.Fatal(err)
 	}
 }
+
+// A clone changes on its own: what is set in it is not in the original, and the other way round.
+func TestCloneIsIndependent(t *testing.T) {
+	orig := &Tree{}
+	if err := orig.AddFile("/a/f", 0o644, []byte("f")); err != nil {
+		t.Fatal(err)
+	}
+	clone := orig.Clone()
+	if err := clone.AddFile("/init", 0o755, []byte("i")); err != nil {
+		t.Fatal(err)
+	}
+	if err := orig.AddFile("/a/g", 0o644, []byte("g")); err != nil {
+		t.Fatal(err)
+	}
+	if _, ok := orig.Lookup("/init"); ok {
+		t.Error("an entry set in the clone is in the original")
+	}
+	if _, ok := clone.Lookup("/a/g"); ok {
+		t.Error("an entry added to the original is in the clone")
+	}
+	if err := clone.AddFile("/a", 0o644, nil); err == nil {
+		t.Error("the clone lost the count of entries beneath /a: a file replaced a non-empty directory")
+	}
+	if orig.Len() != 2 || clone.Len() != 2 {
+		t.Errorf("Len: original %d, clone %d; want 2 and 2", orig.Len(), clone.Len())
+	}
+}

@@ -38,13 +38,21 @@ func bootAndCheck(t *testing.T, m mode) {
 	b.powerOff(ctx, t)
 }
 
+// TestStoreReusedAcrossBoots boots on a blank store disk, then again on the disk the first boot
+// formatted, in both boot modes.
 func TestStoreReusedAcrossBoots(t *testing.T) {
-	a := needAppliance(t, imageMode)
+	for _, m := range []mode{imageMode, initrdMode} {
+		t.Run(m.String(), func(t *testing.T) { storeReusedAcrossBoots(t, m) })
+	}
+}
+
+func storeReusedAcrossBoots(t *testing.T, m mode) {
+	a := needAppliance(t, m)
 	needTool(t, "blkid", "apt-get install util-linux")
 	ctx := testContext(t, 2*bootBudget)
 	disk := blankDisk(t)
 
-	first := a.boot(ctx, t, imageMode, disk)
+	first := a.boot(ctx, t, m, disk)
 	first.waitReady(ctx, t)
 	info1 := first.checkSystemInfo(ctx, t)
 	first.powerOff(ctx, t)
@@ -54,7 +62,7 @@ func TestStoreReusedAcrossBoots(t *testing.T) {
 	}
 	writeCanary(t, disk)
 
-	second := a.boot(ctx, t, imageMode, disk)
+	second := a.boot(ctx, t, m, disk)
 	second.waitReady(ctx, t)
 	info2 := second.checkSystemInfo(ctx, t)
 	if second.consoleHas(marker.StoreFallback) {

@@ -1,18 +1,18 @@
 // Command bench measures what `make bench` reports besides boot time: artifact sizes beside Debian's
 // own (stock kernel, the Debian userland the rootfs is made from), what Kata kernel parity cost
-// (bzImage size and compile time beside the kernel without the parity fragments) and the warm no-op
-// rebuild beside hashing the same outputs, all measured in this run. It prints one table with ratios.
+// (bzImage size and compile time beside the kernel without the parity fragments), the warm no-op
+// rebuild beside hashing the same outputs, and the rebuild after an edit of one service's Go
+// source beside compiling that service alone, all measured in this run. It prints one table with
+// ratios, then the stage breakdown of the median incremental build.
 package main
 
 import (
 	"context"
-	"crypto/sha256"
 	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"slices"
@@ -38,7 +38,8 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 	fs := flag.NewFlagSet("bench", flag.ContinueOnError)
 	out := fs.String("out", "out", "a built output directory (make image)")
 	mkimage := fs.String("mkimage", "bin/mkimage", "the mkimage binary")
-	runs := fs.Int("runs", 5, "timed no-op rebuilds")
+	runs := fs.Int("runs", 30, "timed no-op rebuilds")
+	incRuns := fs.Int("incremental-runs", 30, "timed rebuilds after an edit of the workspace daemon's Go source")
 	before := fs.String("before-parity", "", "the appliance built without the Kata parity fragments (qemu-tests/testdata/no-kata-parity.hcl); \"\" skips the parity rows")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -53,10 +54,13 @@ func run(ctx context.Context, args []string, stdout io.Writer) error {
 			return err
 		}
 	}
-	if err := rebuild(ctx, w, *out, *mkimage, *runs); err != nil {
+	if err := rebuild(ctx, w, *mkimage, *runs); err != nil {
 		return err
 	}
-	return w.Flush()
+	if err := w.Flush(); err != nil {
+		return err
+	}
+	return incremental(ctx, stdout, *mkimage, *incRuns)
 }
 
 func size(p string) (int64, error) {
@@ -129,57 +133,6 @@ func userlandTarball(out string) (string, error) {
 		}
 	}
 	return "", fmt.Errorf("%s names no debian-userland input", artifact.Manifest)
-}
-
-// rebuild times `mkimage build` with nothing changed (every cache warm), beside the least any
-// rebuild that verifies its outputs must do: hash them.
-func rebuild(ctx context.Context, w io.Writer, out, mkimage string, runs int) error {
-	dir, err := os.MkdirTemp("", "allox-bench-out-")
-	if err != nil {
-		return err
-	}
-	defer os.RemoveAll(dir)
-	build := func() error {
-		cmd := exec.CommandContext(ctx, mkimage, "build", "-out", dir)
-		if msg, err := cmd.CombinedOutput(); err != nil {
-			return fmt.Errorf("%s build: %w\n%s", mkimage, err, msg)
-		}
-		return nil
-	}
-	if err := build(); err != nil { // warm every cache, the Go build cache too
-		return err
-	}
-	var ours, base []time.Duration
-	for range runs {
-		start := time.Now()
-		if err := build(); err != nil {
-			return err
-		}
-		ours = append(ours, time.Since(start))
-		start = time.Now()
-		if err := hashTree(dir); err != nil {
-			return err
-		}
-		base = append(base, time.Since(start))
-	}
-	row(w, fmt.Sprintf("warm no-op rebuild p50 (%d runs)", runs), median(ours).Seconds(), median(base).Seconds(), "s",
-		"sha256 of the same outputs")
-	return nil
-}
-
-func hashTree(dir string) error {
-	return filepath.WalkDir(dir, func(p string, d os.DirEntry, err error) error {
-		if err != nil || !d.Type().IsRegular() {
-			return err
-		}
-		f, err := os.Open(p)
-		if err != nil {
-			return err
-		}
-		defer f.Close()
-		_, err = io.Copy(sha256.New(), f)
-		return err
-	})
 }
 
 func median(ds []time.Duration) time.Duration {

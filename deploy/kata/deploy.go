@@ -5,13 +5,13 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"io"
-	"os"
 	"path"
 	"path/filepath"
 	"regexp"
 	"strings"
 	"unicode"
+
+	"github.com/allox-os/allox/internal/artifact"
 )
 
 // Files RenderDeployment adds beside the drop-ins, relative to the output's kata/ directory.
@@ -60,19 +60,19 @@ func (d Deployment) releaseDir() string { return InstallDir(d.Name) + "/" + d.Re
 // ReleaseOf names a release by its artifacts' contents: the first 16 hex digits of the sha256 over
 // each file's base name and sha256, in the order given.
 func ReleaseOf(files ...string) (string, error) {
+	return ReleaseOfHashed(artifact.SHA256File, files...)
+}
+
+// ReleaseOfHashed is ReleaseOf with the files' hex sha256 from sum, for a caller that already
+// knows them.
+func ReleaseOfHashed(sum func(path string) (string, error), files ...string) (string, error) {
 	h := sha256.New()
 	for _, p := range files {
-		f, err := os.Open(p)
-		if err != nil {
-			return "", err
-		}
-		sum := sha256.New()
-		_, err = io.Copy(sum, f)
-		f.Close()
+		s, err := sum(p)
 		if err != nil {
 			return "", fmt.Errorf("%s: %w", p, err)
 		}
-		fmt.Fprintf(h, "%s %x\n", filepath.Base(p), sum.Sum(nil))
+		fmt.Fprintf(h, "%s %s\n", filepath.Base(p), s)
 	}
 	return hex.EncodeToString(h.Sum(nil))[:16], nil
 }

@@ -64,6 +64,9 @@ func MkfsBtrfs(root string, run Runner) func(ctx context.Context, dev, label str
 		if err != nil {
 			return err
 		}
+		if err := waitRandom(ctx); err != nil {
+			return err
+		}
 		args := []string{"--nodiscard"}
 		if label != "" {
 			args = append(args, "--label", label)
@@ -164,3 +167,37 @@ func leaveRootfs() (bool, error) {
 	_ = os.Remove(tmp) // the now empty mount point, seen through the new root
 	return true, nil
 }
+
+// waitRandom returns once the kernel's random number generator is seeded. mkfs.btrfs takes its
+// UUIDs from libuuid, which polls getrandom(GRND_NONBLOCK) for up to a second per UUID while it
+// is not (a VM without virtio-rng, early in its first boot) and then settles for /dev/urandom:
+// five seconds of a TCG boot. A blocking getrandom makes the kernel seed it from its own timer
+// jitter after at most a second; with virtio-rng (as Kata attaches) it returns at once. After
+// randomWait it gives up waiting and lets mkfs.btrfs fall back as it would (a kernel that cannot
+// seed itself must not stop the boot).
+func waitRandom(ctx context.Context) error {
+	done := make(chan error, 1)
+	go func() {
+		var b [1]byte
+		for {
+			_, err := unix.Getrandom(b[:], 0)
+			if !errors.Is(err, unix.EINTR) {
+				done <- err
+				return
+			}
+		}
+	}()
+	select {
+	case err := <-done:
+		if err != nil {
+			return fmt.Errorf("wait for the kernel's random number generator: %w", err)
+		}
+		return nil
+	case <-time.After(randomWait):
+		return nil
+	case <-ctx.Done():
+		return context.Cause(ctx)
+	}
+}
+
+const randomWait = 3 * time.Second

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"net/netip"
 	"path/filepath"
+	"sync"
 	"time"
 )
 
@@ -73,6 +74,7 @@ type Sys struct {
 	// StoreWait is how long the store step looks for its disk before it falls back to RAM.
 	StoreWait time.Duration
 
+	mu     sync.Mutex // the store's steps run beside others
 	mounts []string
 }
 
@@ -80,9 +82,17 @@ type Sys struct {
 func (s *Sys) Path(p string) string { return filepath.Join(s.Root, p) }
 
 // Mounts returns the mount points made so far (Root-resolved), in mount order.
-func (s *Sys) Mounts() []string { return append([]string(nil), s.mounts...) }
+func (s *Sys) Mounts() []string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return append([]string(nil), s.mounts...)
+}
 
-func (s *Sys) mounted(target string) { s.mounts = append(s.mounts, target) }
+func (s *Sys) mounted(target string) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.mounts = append(s.mounts, target)
+}
 
 func (s *Sys) notify(n Notice) {
 	if s.Notify != nil {

@@ -34,8 +34,10 @@ type KataAgent struct {
 func bringAgent(ctx context.Context, s *state) error {
 	a := s.opt.Spec.Kata.Agent
 	if a == nil {
+		s.reused("the spec brings no kata-agent")
 		return nil
 	}
+	s.ran("copied and ran --version (the agent is not built here)")
 	dst := filepath.Join(s.work, "kata-agent")
 	rec := &KataAgent{Path: spec.AgentPath, MaxRestarts: a.MaxRestarts}
 	field := "kata.agent.binary"

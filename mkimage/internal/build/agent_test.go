@@ -33,7 +33,7 @@ func agentState(t *testing.T, a *spec.KataAgent) *state {
 	}
 	img.Kata.Agent = a
 	opt := Options{Spec: img, SpecText: []byte("test"), ModuleRoot: t.TempDir(), Progress: io.Discard}
-	return &state{opt: opt, out: t.TempDir(), work: t.TempDir(), prov: newProvenance(opt)}
+	return newState(opt, t.TempDir(), t.TempDir())
 }
 
 func writeFile(t *testing.T, name, data string, mode os.FileMode) string {

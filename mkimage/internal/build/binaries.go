@@ -5,13 +5,11 @@ import (
 	"fmt"
 	"maps"
 	"os"
-	"os/exec"
 	"path"
 	"path/filepath"
 	"slices"
 	"strings"
 
-	"github.com/allox-os/allox/kernel"
 	"github.com/allox-os/allox/mkimage/internal/spec"
 	"github.com/allox-os/allox/rootfs"
 )
@@ -41,12 +39,12 @@ func buildBinaries(ctx context.Context, s *state) error {
 		}
 	}
 	var pins []string
-	binDir := filepath.Join(s.work, "bin")
-	for _, t := range targets {
-		out := filepath.Join(binDir, strings.TrimPrefix(t.Path, "/"))
-		if err := goBuild(ctx, s.opt.ModuleRoot, t.Source, t.tags, out); err != nil {
-			return err
-		}
+	built, err := s.goBinaries(ctx, targets)
+	if err != nil {
+		return err
+	}
+	for i, t := range targets {
+		out := built[i]
 		detail := modulePath + "/" + path.Clean(t.Source)
 		if len(t.tags) > 0 {
 			detail += " -tags " + strings.Join(t.tags, ",")
@@ -56,7 +54,7 @@ func buildBinaries(ctx context.Context, s *state) error {
 		}
 		s.bins = append(s.bins, rootfs.Binary{Path: t.Path, Source: out})
 		if t.pinned {
-			sum, err := kernel.HashFile(out)
+			sum, err := s.hash(out)
 			if err != nil {
 				return err
 			}
@@ -136,15 +134,19 @@ func pluginTags(plugins []string) []string {
 	return slices.Compact(tags)
 }
 
+// goBuildFlags and goBuildEnv make the binaries static and reproducible; both are in every
+// binary's key.
+var (
+	goBuildFlags = []string{"-trimpath", "-buildvcs=false", "-ldflags=-s -w -buildid="}
+	goBuildEnv   = []string{"CGO_ENABLED=0", "GOOS=linux", "GOARCH=amd64", "GOFLAGS=-mod=readonly"}
+)
+
 func goBuild(ctx context.Context, root, pkg string, tags []string, out string) error {
 	if err := os.MkdirAll(filepath.Dir(out), 0o755); err != nil {
 		return err
 	}
-	cmd := exec.CommandContext(ctx, "go", "build", "-trimpath", "-buildvcs=false",
-		"-tags="+strings.Join(tags, ","), "-ldflags=-s -w -buildid=", "-o", out, pkg)
-	cmd.Dir = root
-	cmd.Env = append(os.Environ(), "CGO_ENABLED=0", "GOOS=linux", "GOARCH=amd64", "GOFLAGS=-mod=readonly")
-	if msg, err := cmd.CombinedOutput(); err != nil {
+	args := append(append([]string{"build"}, goBuildFlags...), "-tags="+strings.Join(tags, ","), "-o", out, pkg)
+	if msg, err := goCommand(ctx, root, args...).CombinedOutput(); err != nil {
 		return fmt.Errorf("go build %s (tags %q): %w\n%s", pkg, strings.Join(tags, ","), err, strings.TrimSpace(string(msg)))
 	}
 	return nil

@@ -25,6 +25,21 @@ import (
 // hour.
 func buildDefault(t *testing.T) (string, *Result) {
 	t.Helper()
+	root, _ := filepath.Abs("../../..")
+	out := t.TempDir()
+	res, _ := buildDefaultInto(t, root, out)
+	return out, res
+}
+
+// buildDefaultInto builds images/allox.hcl into out from the Go sources in moduleRoot, returning
+// the result and the progress the build printed.
+func buildDefaultInto(t *testing.T, moduleRoot, out string) (*Result, string) {
+	t.Helper()
+	return buildDefaultWith(t, moduleRoot, out, artifact.CacheDir())
+}
+
+func buildDefaultWith(t *testing.T, moduleRoot, out, cacheDir string) (*Result, string) {
+	t.Helper()
 	if testing.Short() {
 		t.Skip("runs the whole image pipeline; run without -short")
 	}
@@ -41,10 +56,10 @@ func buildDefault(t *testing.T) (string, *Result) {
 	if _, ok := b.Cached(KernelSpec(img, 0, 0)); !ok {
 		testenv.Unavailable(t, "the default kernel is not in the cache %s: run make image first (make test builds it before the tests)", artifact.CacheDir())
 	}
-	img.Output.Dir = t.TempDir()
+	img.Output.Dir = out
 	var progress bytes.Buffer
-	res, err := Run(context.Background(), Options{Spec: img, SpecText: text, ModuleRoot: root,
-		CacheDir: artifact.CacheDir(), Progress: &progress})
+	res, err := Run(context.Background(), Options{Spec: img, SpecText: text, ModuleRoot: moduleRoot,
+		CacheDir: cacheDir, Progress: &progress})
 	if err != nil {
 		t.Fatalf("build: %v\n%s", err, progress.String())
 	}
@@ -52,11 +67,11 @@ func buildDefault(t *testing.T) (string, *Result) {
 		t.Error("the kernel was rebuilt although it was cached")
 	}
 	for _, st := range stages {
-		if !strings.Contains(progress.String(), st.name+" done in ") {
+		if !strings.Contains(progress.String(), "    "+st.name+" in ") {
 			t.Errorf("progress does not time stage %q:\n%s", st.name, progress.String())
 		}
 	}
-	return img.Output.Dir, res
+	return res, progress.String()
 }
 
 func tool(t *testing.T, name string, args ...string) string {

@@ -14,9 +14,20 @@ import (
 // info block's uuid is derived from the spec, so the same spec gives the same bytes.
 func writeDAXHeader(ctx context.Context, s *state) error {
 	k := s.opt.Spec.Kata
-	if !k.Nvdimm || k.BootMode != spec.BootImage {
+	if s.tree == nil || !s.needDisk() {
+		s.reused("the disk was not rewritten")
 		return nil
 	}
-	opt := dax.Options{Seed: []byte(s.fsID("nvdimm pfn uuid"))}
-	return dax.AddHeader(filepath.Join(s.out, artifact.Rootfs), opt)
+	disk := filepath.Join(s.out, artifact.Rootfs)
+	if k.Nvdimm && k.BootMode == spec.BootImage {
+		s.ran("the disk was rewritten")
+		opt := dax.Options{Seed: []byte(s.fsID("nvdimm pfn uuid"))}
+		if err := dax.AddHeader(disk, opt); err != nil {
+			return err
+		}
+	} else {
+		s.reused("the spec asks for no header (kata.nvdimm)")
+	}
+	_, err := s.hash(disk) // the disk is final: its stamp and sha256 go into the cache
+	return err
 }

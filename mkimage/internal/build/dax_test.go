@@ -90,5 +90,7 @@ func nvdimmState(t *testing.T, nvdimm bool) *state {
 	if _, err := rootfs.WriteDisk(context.Background(), filepath.Join(out, artifact.Rootfs), tree, opt); err != nil {
 		t.Fatal(err)
 	}
-	return &state{opt: Options{Spec: img, SpecText: []byte("test")}, out: out, work: t.TempDir(), tree: tree}
+	s := newState(Options{Spec: img, SpecText: []byte("test")}, out, t.TempDir())
+	s.tree = tree
+	return s
 }

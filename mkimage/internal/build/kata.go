@@ -32,7 +32,7 @@ func writeKata(ctx context.Context, s *state) error {
 	for _, name := range artifacts {
 		paths = append(paths, filepath.Join(s.out, name))
 	}
-	release, err := kata.ReleaseOf(paths...)
+	release, err := kata.ReleaseOfHashed(s.hash, paths...)
 	if err != nil {
 		return err
 	}
@@ -57,6 +57,7 @@ func writeKata(ctx context.Context, s *state) error {
 	if err != nil {
 		return err
 	}
+	var wrote []string
 	for _, f := range files {
 		p := filepath.Join(s.out, artifact.KataDir, filepath.FromSlash(f.Name))
 		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
@@ -66,12 +67,18 @@ func writeKata(ctx context.Context, s *state) error {
 		if f.Executable {
 			mode = 0o755
 		}
-		if err := os.WriteFile(p, f.Data, mode); err != nil {
+		changed, err := writeIfChanged(p, f.Data, mode)
+		if err != nil {
 			return err
 		}
-		if err := os.Chmod(p, mode); err != nil { // WriteFile keeps an existing file's mode
-			return err
+		if changed {
+			wrote = append(wrote, f.Name)
 		}
+	}
+	if len(wrote) == 0 {
+		s.reused("release %s: all %d files unchanged", release, len(files))
+	} else {
+		s.ran("release %s: wrote %d of %d files", release, len(wrote), len(files))
 	}
 	return nil
 }
@@ -128,7 +135,13 @@ func writeBootInfo(ctx context.Context, s *state) error {
 	if err != nil {
 		return err
 	}
-	return os.WriteFile(filepath.Join(s.out, artifact.Boot), append(data, '\n'), 0o644)
+	changed, err := writeIfChanged(filepath.Join(s.out, artifact.Boot), append(data, '\n'), 0o644)
+	if changed {
+		s.ran("wrote %s", artifact.Boot)
+	} else {
+		s.reused("%s unchanged", artifact.Boot)
+	}
+	return err
 }
 
 // hostListener finds the daemon's token-protected host listener in the service commands

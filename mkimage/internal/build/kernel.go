@@ -35,6 +35,9 @@ func buildKernel(ctx context.Context, s *state) error {
 	s.kernel = res
 	if res.Cached {
 		fmt.Fprintf(indent(s.opt.Progress), "kernel: build %.12s cached, not rebuilt\n", res.Key)
+		s.reused("kernel build %.12s cached", res.Key)
+	} else {
+		s.ran("compiled kernel build %.12s", res.Key)
 	}
 	for src, dst := range map[string]string{res.BzImage(): artifact.Kernel, res.Vmlinux(): artifact.Vmlinux,
 		res.Config(): artifact.KernelConfig} {
@@ -48,6 +51,11 @@ func buildKernel(ctx context.Context, s *state) error {
 // linkOrCopy hard-links a cached artifact into the output (the cache and the checkout usually share a
 // filesystem), copying when they do not.
 func linkOrCopy(src, dst string) error {
+	if a, err := os.Stat(src); err == nil {
+		if b, err := os.Stat(dst); err == nil && os.SameFile(a, b) {
+			return nil // linked by an earlier build: relinking would change its ctime
+		}
+	}
 	os.Remove(dst)
 	if err := os.Link(src, dst); err == nil {
 		return nil

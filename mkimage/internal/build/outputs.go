@@ -1,10 +1,7 @@
 package build
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
-	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -61,15 +58,15 @@ func skip(d fs.DirEntry) error {
 	return nil
 }
 
-// hashOutputs hashes every artifact in dir.
-func hashOutputs(dir string) ([]Output, error) {
+// hashOutputs hashes every artifact in dir with sum (nil: sha256 of the file).
+func hashOutputs(dir string, sum func(string) (string, error)) ([]Output, error) {
 	names, err := OutputFiles(dir)
 	if err != nil {
 		return nil, err
 	}
 	outs := make([]Output, 0, len(names))
 	for _, name := range names {
-		o, err := hashOutput(dir, name)
+		o, err := hashOutput(dir, name, sum)
 		if err != nil {
 			return nil, err
 		}
@@ -78,16 +75,18 @@ func hashOutputs(dir string) ([]Output, error) {
 	return outs, nil
 }
 
-func hashOutput(dir, name string) (Output, error) {
-	f, err := os.Open(filepath.Join(dir, filepath.FromSlash(name)))
+func hashOutput(dir, name string, sum func(string) (string, error)) (Output, error) {
+	p := filepath.Join(dir, filepath.FromSlash(name))
+	if sum == nil {
+		sum = artifact.SHA256File
+	}
+	st, err := os.Stat(p)
 	if err != nil {
 		return Output{}, err
 	}
-	defer f.Close()
-	h := sha256.New()
-	n, err := io.Copy(h, f)
+	h, err := sum(p)
 	if err != nil {
 		return Output{}, fmt.Errorf("hash %s: %w", name, err)
 	}
-	return Output{Path: name, Size: n, SHA256: hex.EncodeToString(h.Sum(nil))}, nil
+	return Output{Path: name, Size: st.Size(), SHA256: h}, nil
 }

@@ -32,6 +32,8 @@ type Provenance struct {
 	KataAgent       *KataAgent       `json:"kata_agent,omitempty"`
 	Source          *Source          `json:"source,omitempty"`
 	Outputs         []Output         `json:"outputs"`
+
+	sum func(string) (string, error) // the build's sha256, from its stat-keyed cache
 }
 
 // ImageID names the image.
@@ -88,7 +90,11 @@ func (p *Provenance) SpecSHA256() string {
 
 // addInput hashes a file the build read.
 func (p *Provenance) addInput(kind, name, detail, file string) error {
-	sum, err := kernel.HashFile(file)
+	hash := p.sum
+	if hash == nil {
+		hash = kernel.HashFile
+	}
+	sum, err := hash(file)
 	if err != nil {
 		return err
 	}
@@ -117,37 +123,66 @@ func writeProvenance(ctx context.Context, s *state) error {
 	if p.GoBinaries, err = readGoBinaries(s.bins); err != nil {
 		return err
 	}
-	if p.Toolchain, err = toolchain(ctx); err != nil {
+	if p.Toolchain, err = s.toolchain(ctx); err != nil {
 		return err
 	}
 	if p.Source, err = sourceTree(ctx, s.opt.ModuleRoot); err != nil {
 		return err
 	}
-	if p.Outputs, err = hashOutputs(s.out); err != nil {
+	if p.Outputs, err = hashOutputs(s.out, s.hash); err != nil {
 		return err
 	}
-	if err := writeSBOM(s.out, p); err != nil {
+	sbomChanged, err := writeSBOM(s.out, p, s.hash)
+	if err != nil {
 		return err
 	}
 	data, err := p.Encode()
 	if err != nil {
 		return err
 	}
-	return os.WriteFile(filepath.Join(s.out, artifact.Manifest), data, 0o644)
+	changed, err := writeIfChanged(filepath.Join(s.out, artifact.Manifest), data, 0o644)
+	if err != nil {
+		return err
+	}
+	if changed || sbomChanged {
+		s.ran("wrote %s and %s", artifact.Manifest, SBOMName)
+	} else {
+		s.reused("%s and %s unchanged", artifact.Manifest, SBOMName)
+	}
+	return nil
+}
+
+// writeIfChanged writes data to p unless p already holds exactly data with mode, so that an
+// unchanged output keeps its inode, its times and its place in the hash cache.
+func writeIfChanged(p string, data []byte, mode os.FileMode) (bool, error) {
+	if old, err := os.ReadFile(p); err == nil && bytes.Equal(old, data) {
+		if st, err := os.Stat(p); err == nil && st.Mode().Perm() == mode {
+			return false, nil
+		}
+	}
+	tmp := p + ".tmp"
+	if err := os.WriteFile(tmp, data, mode); err != nil {
+		return false, err
+	}
+	if err := os.Chmod(tmp, mode); err != nil { // WriteFile keeps an existing file's mode
+		return false, err
+	}
+	return true, os.Rename(tmp, p)
 }
 
 // writeSBOM writes the SBOM (which names the other outputs' hashes) and adds its own hash.
-func writeSBOM(dir string, p *Provenance) error {
+func writeSBOM(dir string, p *Provenance, sum func(string) (string, error)) (bool, error) {
 	sbom, err := EncodeSBOM(p)
 	if err != nil {
-		return err
+		return false, err
 	}
-	if err := os.WriteFile(filepath.Join(dir, SBOMName), sbom, 0o644); err != nil {
-		return err
-	}
-	o, err := hashOutput(dir, SBOMName)
+	changed, err := writeIfChanged(filepath.Join(dir, SBOMName), sbom, 0o644)
 	if err != nil {
-		return err
+		return false, err
+	}
+	o, err := hashOutput(dir, SBOMName, sum)
+	if err != nil {
+		return false, err
 	}
 	outs := []Output{o}
 	for _, x := range p.Outputs {
@@ -157,7 +192,7 @@ func writeSBOM(dir string, p *Provenance) error {
 	}
 	sort.Slice(outs, func(i, j int) bool { return outs[i].Path < outs[j].Path })
 	p.Outputs = outs
-	return nil
+	return changed, nil
 }
 
 // Encode renders the manifest as indented JSON.

@@ -4,7 +4,9 @@ import (
 	"bytes"
 	"context"
 	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -26,11 +28,27 @@ func fetchUserland(ctx context.Context, s *state) error {
 		return err
 	}
 	s.userland, s.packages = tarball, pkgs
+	if s.hashes.unchanged(tarball) {
+		s.reused("%s cached and hashed before", filepath.Base(tarball))
+	} else {
+		s.ran("hashed %s, new to this output directory", filepath.Base(tarball))
+	}
 	return s.prov.addInput("debian-userland", filepath.Base(tarball), fmt.Sprintf("%s, %d packages", r.Suite, len(pkgs)), tarball)
 }
 
-// stageRootfs lays our binaries, the service manifest and the mountpoints over the userland.
+// stageRootfs lays our binaries, the service manifest and the mountpoints over the userland. It
+// does nothing when the disk and the initramfs written from a tree of the same inputs are intact.
 func stageRootfs(ctx context.Context, s *state) error {
+	if err := s.keyTree(); err != nil {
+		return err
+	}
+	if !s.needDisk() && !s.needInitramfs() {
+		s.verity, s.memMiB = s.prev.Tree.Verity, s.prev.Tree.MemoryMiB
+		s.next.Tree = s.prev.Tree
+		s.reused("%s and %s were written from the same inputs and are intact", artifact.Rootfs, artifact.Initramfs)
+		return nil
+	}
+	s.ran("%s", s.whyTree())
 	tree, err := rootfs.Stage(s.userland)
 	if err != nil {
 		return err
@@ -51,6 +69,14 @@ func stageRootfs(ctx context.Context, s *state) error {
 		return err
 	}
 	s.tree = tree
+	s.next.Tree = &treeRecord{Inputs: s.treeKey}
+	if !s.needDisk() {
+		s.next.Tree.Disk, s.next.Tree.Verity = s.prev.Tree.Disk, s.prev.Tree.Verity
+	}
+	if !s.needInitramfs() {
+		s.next.Tree.Initramfs, s.memMiB = s.prev.Tree.Initramfs, s.prev.Tree.MemoryMiB
+		s.next.Tree.MemoryMiB = s.memMiB
+	}
 	return nil
 }
 
@@ -65,6 +91,13 @@ func (s *state) fsID(purpose string) string {
 }
 
 func writeDisk(ctx context.Context, s *state) error {
+	if s.tree == nil || !s.needDisk() {
+		s.verity = s.next.Tree.Verity
+		s.reused("written from the same inputs and intact")
+		return nil
+	}
+	s.ran("%s", s.whyOutput(s.prev.treeDisk(), artifact.Rootfs))
+	s.startInitramfs() // beside the disk: the initramfs stage waits for it
 	tmp := filepath.Join(s.work, artifact.Rootfs)
 	label := s.opt.Spec.Name
 	if len(label) > 16 {
@@ -83,6 +116,7 @@ func writeDisk(ctx context.Context, s *state) error {
 	if err := s.place(tmp, artifact.Rootfs); err != nil {
 		return err
 	}
+	s.next.Tree.Disk, s.next.Tree.Verity = treeDigest(s.treeKey), s.verity
 	return s.writeVerityParams()
 }
 
@@ -92,34 +126,88 @@ func (s *state) veritySalt() []byte {
 	return h[:]
 }
 
-// writeInitramfs writes the same tree with the Go init at /init, for Kata's initrd mode.
+// writeInitramfs writes the same tree with the Go init at /init, for Kata's initrd mode. The
+// writing starts beside the disk's (startInitramfs) when both are written.
 func writeInitramfs(ctx context.Context, s *state) error {
-	init, ok := s.tree.Lookup(mustResolve(s.tree, InitPath))
+	if s.tree == nil || !s.needInitramfs() {
+		s.reused("written from the same inputs and intact")
+		return nil
+	}
+	s.ran("%s", s.whyOutput(s.prev.treeInitramfs(), artifact.Initramfs))
+	s.startInitramfs() // not started yet when the disk was reused
+	job := s.initrd
+	<-job.done
+	if job.err != nil {
+		return job.err
+	}
+	s.memMiB, s.next.Tree.MemoryMiB = job.memMiB, job.memMiB
+	if err := s.place(job.tmp, artifact.Initramfs); err != nil {
+		return err
+	}
+	s.next.Tree.Initramfs = treeDigest(s.treeKey)
+	return s.hashes.known(filepath.Join(s.out, artifact.Initramfs), job.sum)
+}
+
+// initramfsJob is the initramfs being written in the scratch space.
+type initramfsJob struct {
+	tmp    string
+	done   chan struct{}
+	sum    string // hex sha256 of the file
+	memMiB int    // what initrd mode needs for it (treeMemoryMiB)
+	err    error
+}
+
+// startInitramfs starts writing the initramfs from a copy of the staged tree, when it is to be
+// written and is not yet being written.
+func (s *state) startInitramfs() {
+	if s.initrd != nil || s.tree == nil || !s.needInitramfs() {
+		return
+	}
+	job := &initramfsJob{tmp: filepath.Join(s.work, artifact.Initramfs), done: make(chan struct{})}
+	tree, mtime := s.tree.Clone(), s.mtime()
+	s.initrd = job
+	go func() {
+		defer close(job.done)
+		job.sum, job.memMiB, job.err = writeInitramfsFile(tree, job.tmp, mtime)
+	}()
+}
+
+// waitInitramfs waits for an initramfs being written, so that a failed build leaves nothing
+// writing into its scratch space.
+func (s *state) waitInitramfs() {
+	if s.initrd != nil {
+		<-s.initrd.done
+	}
+}
+
+// writeInitramfsFile adds /init and /dev/console to tree and writes it to tmp.
+func writeInitramfsFile(tree *initramfs.Tree, tmp string, mtime time.Time) (sum string, memMiB int, err error) {
+	init, ok := tree.Lookup(mustResolve(tree, InitPath))
 	if !ok {
-		return fmt.Errorf("BUG: %s missing from the staged tree", InitPath)
+		return "", 0, fmt.Errorf("BUG: %s missing from the staged tree", InitPath)
 	}
 	init.Path = "/init"
-	if err := s.tree.Set(init); err != nil {
-		return err
+	if err := tree.Set(init); err != nil {
+		return "", 0, err
 	}
 	// The kernel opens /dev/console for /init before anything is mounted.
 	console := initramfs.Entry{Path: "/dev/console", Mode: fs.ModeDevice | fs.ModeCharDevice | 0o600, Major: 5, Minor: 1}
-	if err := s.tree.Set(console); err != nil {
-		return err
+	if err := tree.Set(console); err != nil {
+		return "", 0, err
 	}
-	tmp := filepath.Join(s.work, artifact.Initramfs)
 	f, err := os.Create(tmp)
 	if err != nil {
-		return err
+		return "", 0, err
 	}
-	if err := initramfs.WriteGzip(f, s.tree, s.mtime()); err != nil {
+	h := sha256.New()
+	if err := initramfs.WriteGzip(io.MultiWriter(f, h), tree, mtime); err != nil {
 		f.Close()
-		return err
+		return "", 0, err
 	}
 	if err := f.Close(); err != nil {
-		return err
+		return "", 0, err
 	}
-	return s.place(tmp, artifact.Initramfs)
+	return hex.EncodeToString(h.Sum(nil)), treeMemoryMiB(tree), nil
 }
 
 func mustResolve(t *initramfs.Tree, p string) string {

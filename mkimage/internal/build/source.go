@@ -80,4 +80,6 @@ func Git(ctx context.Context, dir string, env []string, args ...string) (string,
 
 // Toolchain records the version of every tool of the build on this machine, as the manifest's
 // toolchain does: what `mkimage rebuild` compares with the provenance's.
-func Toolchain(ctx context.Context) ([]Tool, error) { return toolchain(ctx) }
+func Toolchain(ctx context.Context) ([]Tool, error) {
+	return toolchainBy(func(argv []string) (string, error) { return toolVersion(ctx, argv) })
+}

@@ -33,17 +33,44 @@ var toolArgv = [][]string{
 }
 
 // toolchain records the version of every tool; a tool that is not installed is recorded as such
-// (the stage that needs it fails on its own with the fix).
-func toolchain(ctx context.Context) ([]Tool, error) {
+// (the stage that needs it fails on its own with the fix). A tool whose executable has the stamp
+// the last build recorded is not run again.
+func (s *state) toolchain(ctx context.Context) ([]Tool, error) {
+	return toolchainBy(func(argv []string) (string, error) { return s.toolVersion(ctx, argv) })
+}
+
+// toolchainBy records every tool's version as version finds it.
+func toolchainBy(version func(argv []string) (string, error)) ([]Tool, error) {
 	var tools []Tool
 	for _, argv := range toolArgv {
-		v, err := toolVersion(ctx, argv)
+		v, err := version(argv)
 		if err != nil {
 			return nil, err
 		}
 		tools = append(tools, Tool{Name: argv[0], Version: v})
 	}
 	return tools, nil
+}
+
+func (s *state) toolVersion(ctx context.Context, argv []string) (string, error) {
+	bin, err := exec.LookPath(argv[0])
+	if err != nil {
+		return notInstalled, nil
+	}
+	st, err := stampOf(bin)
+	if err != nil {
+		return toolVersion(ctx, argv)
+	}
+	key := strings.Join(argv, " ")
+	if old, ok := s.prev.Tools[key]; ok && old.Stamp.same(st) {
+		s.next.Tools[key] = old
+		return old.Version, nil
+	}
+	v, err := toolVersion(ctx, argv)
+	if err == nil && v != notInstalled {
+		s.next.Tools[key] = toolStamp{Stamp: st, Version: v}
+	}
+	return v, err
 }
 
 // toolVersion runs argv and returns the first line it prints (mke2fs prints to stderr).

@@ -50,7 +50,7 @@ func Verify(dir string) ([]Finding, error) {
 
 // checkOutput compares one listed output with the file in dir.
 func checkOutput(dir string, want Output) (Finding, bool) {
-	got, err := hashOutput(dir, want.Path)
+	got, err := hashOutput(dir, want.Path, nil)
 	switch {
 	case os.IsNotExist(err):
 		return Finding{want.Path, "missing (listed in " + artifact.Manifest + ")"}, false

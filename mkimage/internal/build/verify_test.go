@@ -28,10 +28,10 @@ func outputDir(t *testing.T) string {
 	}
 	p := testProvenance(t)
 	var err error
-	if p.Outputs, err = hashOutputs(dir); err != nil {
+	if p.Outputs, err = hashOutputs(dir, nil); err != nil {
 		t.Fatal(err)
 	}
-	if err := writeSBOM(dir, p); err != nil {
+	if _, err := writeSBOM(dir, p, nil); err != nil {
 		t.Fatal(err)
 	}
 	data, err := p.Encode()

@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strings"
 )
 
 // Difference is one artifact that differs between two output directories.
@@ -54,12 +55,23 @@ func Dirs(dirA, dirB string) ([]Difference, error) {
 	return diffs, nil
 }
 
-// listFiles returns the slash-separated relative paths of every non-directory below dir.
+// listFiles returns the slash-separated relative paths of every non-directory below dir, except
+// hidden ones: the build's own state (mkimage build's .mkimage-state.json) names inodes and
+// absolute paths of one machine and is no artifact.
 func listFiles(dir string) (map[string]bool, error) {
 	files := map[string]bool{}
 	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
-		if err != nil || d.IsDir() {
+		if err != nil {
 			return err
+		}
+		if p != dir && strings.HasPrefix(d.Name(), ".") {
+			if d.IsDir() {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if d.IsDir() {
+			return nil
 		}
 		rel, err := filepath.Rel(dir, p)
 		files[filepath.ToSlash(rel)] = true
