@@ -12,6 +12,7 @@
 package spec
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"regexp"
@@ -111,12 +112,8 @@ func (d *DevBox) defaults() {
 func (d *DevBox) check(b *hclsyntax.Block, seen map[string]bool) hcl.Diagnostics {
 	var diags hcl.Diagnostics
 	errAt := func(attr, summary, format string, args ...any) {
-		r := b.DefRange()
-		if a, ok := b.Body.Attributes[attr]; ok {
-			r = a.SrcRange
-		}
 		diags = append(diags, &hcl.Diagnostic{Severity: hcl.DiagError, Summary: summary,
-			Detail: fmt.Sprintf(format, args...), Subject: r.Ptr()})
+			Detail: fmt.Sprintf(format, args...), Subject: attrRange(b, attr)})
 	}
 	if !nameRE.MatchString(d.Name) {
 		errAt("", "Invalid devbox name", "devbox %q: a name is 1-63 of a-z, 0-9 and '-', starting with a letter or digit.", d.Name)
@@ -140,10 +137,9 @@ func (d *DevBox) check(b *hclsyntax.Block, seen map[string]bool) hcl.Diagnostics
 	}
 	names := map[string]bool{}
 	for i, s := range d.Sessions {
-		sb := sessionBlock(b, i)
 		at := func(summary, format string, args ...any) {
 			diags = append(diags, &hcl.Diagnostic{Severity: hcl.DiagError, Summary: summary,
-				Detail: fmt.Sprintf(format, args...), Subject: sb.DefRange().Ptr()})
+				Detail: fmt.Sprintf(format, args...), Subject: sessionRange(b, i)})
 		}
 		if !nameRE.MatchString(s.Name) {
 			at("Invalid session name", "devbox %q: session %q: use 1-63 of a-z, 0-9 and '-'.", d.Name, s.Name)
@@ -154,6 +150,34 @@ func (d *DevBox) check(b *hclsyntax.Block, seen map[string]bool) hcl.Diagnostics
 		names[s.Name] = true
 	}
 	return diags
+}
+
+// Check validates a DevBox that did not come from a file (the Gateway's API), after filling in
+// the defaults, with the same checks as Parse.
+func Check(d *DevBox) error {
+	d.defaults()
+	if diags := d.check(nil, map[string]bool{}); diags.HasErrors() {
+		return errors.New(strings.TrimSpace(Format(diags)))
+	}
+	return nil
+}
+
+// attrRange is where attr is in b (the block's header when absent); nil without a block.
+func attrRange(b *hclsyntax.Block, attr string) *hcl.Range {
+	if b == nil {
+		return nil
+	}
+	if a, ok := b.Body.Attributes[attr]; ok {
+		return a.SrcRange.Ptr()
+	}
+	return b.DefRange().Ptr()
+}
+
+func sessionRange(b *hclsyntax.Block, i int) *hcl.Range {
+	if b == nil {
+		return nil
+	}
+	return sessionBlock(b, i).DefRange().Ptr()
 }
 
 func devboxBlock(blocks hclsyntax.Blocks, name string) *hclsyntax.Block {
