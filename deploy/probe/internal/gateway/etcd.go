@@ -8,6 +8,7 @@ import (
 
 	clientv3 "go.etcd.io/etcd/client/v3"
 	"go.etcd.io/etcd/server/v3/embed"
+	"go.uber.org/zap"
 )
 
 // Embedded is a single-node etcd inside the Gateway's process: `gateway serve` alone is a working
@@ -32,6 +33,7 @@ func StartEmbedded(dir, listen string) (*Embedded, error) {
 	cfg.Name = "gateway"
 	cfg.Dir = dir
 	cfg.LogLevel = "error"
+	cfg.ZapLoggerBuilder = embed.NewZapLoggerBuilder(zap.NewNop()) // the library does not log
 	cu, pu := url.URL{Scheme: "http", Host: client}, url.URL{Scheme: "http", Host: peer}
 	cfg.ListenClientUrls, cfg.AdvertiseClientUrls = []url.URL{cu}, []url.URL{cu}
 	cfg.ListenPeerUrls, cfg.AdvertisePeerUrls = []url.URL{pu}, []url.URL{pu}
@@ -58,7 +60,7 @@ func (e *Embedded) Close() { e.etcd.Close() }
 // Connect returns a client of the etcd cluster at endpoints.
 func Connect(endpoints []string) (*clientv3.Client, error) {
 	c, err := clientv3.New(clientv3.Config{Endpoints: endpoints, DialTimeout: 5 * time.Second,
-		DialKeepAliveTime: 2 * time.Second, DialKeepAliveTimeout: 2 * time.Second})
+		DialKeepAliveTime: 2 * time.Second, DialKeepAliveTimeout: 2 * time.Second, Logger: zap.NewNop()})
 	if err != nil {
 		return nil, fmt.Errorf("--etcd %v: %w", endpoints, err)
 	}
