@@ -20,7 +20,7 @@ import (
 type clientv3Cmp = clientv3.Cmp
 
 func withPrefix() clientv3.OpOption { return clientv3.WithPrefix() }
-func itoa(n int64) string             { return strconv.FormatInt(n, 10) }
+func itoa(n int64) string           { return strconv.FormatInt(n, 10) }
 
 func refusedWith(t *testing.T, err error, status int) {
 	t.Helper()

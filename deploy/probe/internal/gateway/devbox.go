@@ -61,7 +61,6 @@ func equalSpec(a, b spec.DevBox) bool {
 		a.Agent == b.Agent && slices.Equal(a.Sessions, b.Sessions)
 }
 
-
 // Get returns a DevBox's spec, placement and observed state.
 func (g *Gateway) Get(ctx context.Context, name string) (wire.DevBoxStatus, error) {
 	var st wire.DevBoxStatus

@@ -84,7 +84,7 @@ func Parse(filename string, src []byte) ([]DevBox, hcl.Diagnostics) {
 	}
 	if len(out.DevBoxes) == 0 {
 		diags = append(diags, &hcl.Diagnostic{Severity: hcl.DiagError, Summary: "No devbox block",
-			Detail: `The spec declares no DevBox: add a block such as devbox "alpha" { agent = "main" session "s1" {} }.`,
+			Detail:  `The spec declares no DevBox: add a block such as devbox "alpha" { agent = "main" session "s1" {} }.`,
 			Subject: body.MissingItemRange().Ptr()})
 	}
 	if diags.HasErrors() {

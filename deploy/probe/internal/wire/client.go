@@ -20,7 +20,7 @@ import (
 // ErrRefused is a Gateway's refusal: its Error says why. Use errors.As.
 type ErrRefused struct {
 	Status int
-	Body Error
+	Body   Error
 }
 
 func (e *ErrRefused) Error() string {
@@ -28,7 +28,9 @@ func (e *ErrRefused) Error() string {
 }
 
 // Is makes a "lease_lost" refusal match lease.ErrLost.
-func (e *ErrRefused) Is(target error) bool { return target == lease.ErrLost && e.Body.Code == "lease_lost" }
+func (e *ErrRefused) Is(target error) bool {
+	return target == lease.ErrLost && e.Body.Code == "lease_lost"
+}
 
 // conn calls one of several Gateway replicas, staying on the last that answered.
 type conn struct {

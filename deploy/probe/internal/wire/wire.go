@@ -54,12 +54,12 @@ type Capacity struct {
 
 // Capabilities is what a host and its appliances can do, for the Gateway's registry.
 type Capabilities struct {
-	Accel        string   `json:"accel"`               // kvm or tcg
+	Accel        string   `json:"accel"` // kvm or tcg
 	AccelReason  string   `json:"accel_reason,omitempty"`
-	Runtimes     []string `json:"runtimes"`            // spec.RuntimeQEMU, spec.RuntimeProcess
-	Kernel       string   `json:"kernel"`              // host kernel release
-	Features     []string `json:"features,omitempty"`  // host kernel features (btrfs, cgroup2, vsock...)
-	Plugins      []string `json:"plugins,omitempty"`   // appliance plugins installed
+	Runtimes     []string `json:"runtimes"`           // spec.RuntimeQEMU, spec.RuntimeProcess
+	Kernel       string   `json:"kernel"`             // host kernel release
+	Features     []string `json:"features,omitempty"` // host kernel features (btrfs, cgroup2, vsock...)
+	Plugins      []string `json:"plugins,omitempty"`  // appliance plugins installed
 	NetworkModes []string `json:"network_modes,omitempty"`
 	Channels     []string `json:"channels,omitempty"` // channel adapters (issue 21: ssh_remote, dialog)
 }
@@ -82,10 +82,10 @@ type Heartbeat struct {
 
 // Intent kinds.
 const (
-	IntentBoot       = "boot"       // run the DevBox: boot its sandbox, create agent and sessions
-	IntentStop       = "stop"       // stop the DevBox's sandbox
-	IntentCheckpoint = "checkpoint" // checkpoint a session through the appliance
-	IntentRollback   = "rollback"   // roll a session back to a checkpoint
+	IntentBoot       = "boot"        // run the DevBox: boot its sandbox, create agent and sessions
+	IntentStop       = "stop"        // stop the DevBox's sandbox
+	IntentCheckpoint = "checkpoint"  // checkpoint a session through the appliance
+	IntentRollback   = "rollback"    // roll a session back to a checkpoint
 	IntentSnapshot   = "vm_snapshot" // VM-level snapshot through QMP
 )
 
