@@ -14,7 +14,7 @@ import (
 	"testing"
 
 	"github.com/allox-os/allox/internal/rpc"
-	"github.com/allox-os/allox/services/internal/btrfstest"
+	"github.com/allox-os/allox/internal/btrfstest"
 )
 
 // btrfsRoot makes a real Btrfs filesystem on a loop device and mounts it: the store under test.

@@ -8,7 +8,7 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/allox-os/allox/services/internal/btrfstest"
+	"github.com/allox-os/allox/internal/btrfstest"
 )
 
 // TestBtrfsSubvolumes runs btrfs-progs and raw ioctls (with high bits set in the request,

@@ -7,7 +7,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"github.com/allox-os/allox/services/internal/btrfstest"
+	"github.com/allox-os/allox/internal/btrfstest"
 )
 
 // testFS is the mount point of a loop-mounted Btrfs image shared by the package's tests;

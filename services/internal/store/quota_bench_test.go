@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/allox-os/allox/services/internal/btrfstest"
+	"github.com/allox-os/allox/internal/btrfstest"
 )
 
 // BenchmarkQuotaCost is the quota-cost figure: checkpoint and rollback with simple quotas on and

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/allox-os/allox/services/internal/btrfstest"
+	"github.com/allox-os/allox/internal/btrfstest"
 	"golang.org/x/sys/unix"
 )
 
