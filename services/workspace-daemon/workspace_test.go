@@ -13,8 +13,8 @@ import (
 	"syscall"
 	"testing"
 
-	"github.com/allox-os/allox/internal/rpc"
 	"github.com/allox-os/allox/internal/btrfstest"
+	"github.com/allox-os/allox/internal/rpc"
 )
 
 // btrfsRoot makes a real Btrfs filesystem on a loop device and mounts it: the store under test.

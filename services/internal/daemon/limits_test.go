@@ -13,9 +13,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/allox-os/allox/internal/btrfstest"
 	"github.com/allox-os/allox/internal/limit"
 	"github.com/allox-os/allox/internal/rpc"
-	"github.com/allox-os/allox/internal/btrfstest"
 	"github.com/allox-os/allox/services/internal/fence"
 	"github.com/allox-os/allox/services/internal/store"
 	"github.com/allox-os/allox/services/internal/system"

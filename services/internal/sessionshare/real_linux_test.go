@@ -17,9 +17,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/allox-os/allox/internal/btrfstest"
 	"github.com/allox-os/allox/internal/rpc"
 	"github.com/allox-os/allox/internal/testenv"
-	"github.com/allox-os/allox/internal/btrfstest"
 	"github.com/allox-os/allox/services/internal/fence"
 	"github.com/allox-os/allox/services/internal/plugin"
 	"github.com/allox-os/allox/services/internal/sessionshare/shareproto"

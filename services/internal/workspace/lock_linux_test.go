@@ -11,8 +11,8 @@ import (
 	"testing"
 	"time"
 
-	"github.com/allox-os/allox/internal/testenv"
 	"github.com/allox-os/allox/internal/btrfstest"
+	"github.com/allox-os/allox/internal/testenv"
 	"github.com/allox-os/allox/services/internal/fence"
 	"github.com/allox-os/allox/services/internal/store"
 	"github.com/allox-os/allox/services/internal/tracked"

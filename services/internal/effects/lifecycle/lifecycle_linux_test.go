@@ -14,9 +14,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/allox-os/allox/internal/btrfstest"
 	"github.com/allox-os/allox/internal/cgroup/cgrouptest"
 	"github.com/allox-os/allox/internal/rpc"
-	"github.com/allox-os/allox/internal/btrfstest"
 	"github.com/allox-os/allox/services/internal/fence"
 	"github.com/allox-os/allox/services/internal/store"
 	"github.com/allox-os/allox/services/internal/tracked"
