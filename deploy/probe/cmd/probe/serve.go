@@ -27,6 +27,7 @@ func serve(ctx context.Context, args []string, log *slog.Logger) error {
 	slots := fs.Int("slots", 4, "Worker Sandboxes this host takes")
 	daemon := fs.String("workspace-daemon", "", "process runtime: the allox-workspace-daemon binary (enables runtime \"process\")")
 	store := fs.String("store", "", "process runtime: a directory on Btrfs for the DevBoxes' stores")
+	daemonClient := fs.String("client", "", "process runtime: the in-sandbox client (services/allox) bound into runs; empty binds none")
 	cgroupParent := fs.String("cgroup-parent", "allox-probe", "process runtime: cgroup parent prefix of the daemons")
 	supervise := fs.Duration("supervise-every", time.Second, "session supervision cadence")
 	if err := fs.Parse(args); err != nil {
@@ -44,7 +45,20 @@ func serve(ctx context.Context, args []string, log *slog.Logger) error {
 	case *daemon != "" && *store == "":
 		return errors.New("serve: --workspace-daemon needs --store (a directory on Btrfs)")
 	}
-	if err := os.MkdirAll(*state, 0o700); err != nil {
+	for _, p := range []*string{state, store} {
+		if *p != "" {
+			abs, err := filepath.Abs(*p)
+			if err != nil {
+				return err
+			}
+			*p = abs
+		}
+	}
+	// Traversable (not listable): sandboxed runs, as the run uid, reach their session sockets below it.
+	if err := os.MkdirAll(*state, 0o711); err != nil {
+		return err
+	}
+	if err := os.Chmod(*state, 0o711); err != nil {
 		return err
 	}
 	tc, err := pki.ClientConfig(filepath.Join(*pkiDir, pki.CAFile), filepath.Join(*pkiDir, *host+".pem"), filepath.Join(*pkiDir, *host+"-key.pem"))
@@ -57,7 +71,7 @@ func serve(ctx context.Context, args []string, log *slog.Logger) error {
 	}
 	runtimes := map[string]probe.Runtime{}
 	if *daemon != "" {
-		runtimes[spec.RuntimeProcess] = &probe.ProcessRuntime{Daemon: *daemon, Store: *store, State: *state, CgroupParent: *cgroupParent}
+		runtimes[spec.RuntimeProcess] = &probe.ProcessRuntime{Daemon: *daemon, Store: *store, State: *state, CgroupParent: *cgroupParent, Client: *daemonClient}
 	}
 	p := probe.New(probe.Config{Host: *host, Slots: *slots, StateDir: *state, Supervise: *supervise}, client, probe.NewHostRuntime(runtimes))
 	log.Info("serving", "host", *host, "gateway", *gw, "runtimes", fmt.Sprint(keys(runtimes)))

@@ -76,9 +76,9 @@ func (b *Bridge) UnfenceOwn(ctx context.Context, agent, session string) error {
 }
 
 // Checkpoint takes a session checkpoint through the appliance.
-func (b *Bridge) Checkpoint(ctx context.Context, agent, session string, labels map[string]string) (rpc.Checkpoint, error) {
+func (b *Bridge) Checkpoint(ctx context.Context, agent, session, id string, labels map[string]string) (rpc.Checkpoint, error) {
 	var cp rpc.Checkpoint
-	err := b.c.Call(ctx, rpc.ActionCheckpointCreate, map[string]any{"agent_id": agent, "session_id": session, "labels": labels}, &cp)
+	err := b.c.Call(ctx, rpc.ActionCheckpointCreate, map[string]any{"agent_id": agent, "session_id": session, "checkpoint_id": id, "labels": labels}, &cp)
 	return cp, err
 }
 

@@ -80,7 +80,11 @@ func (p *Probe) apply(ctx context.Context, in wire.Intent, gen int64) (json.RawM
 		if err != nil {
 			return nil, err
 		}
-		cp, err := br.Checkpoint(ctx, agent, in.Session, map[string]string{"allox.intent": in.ID})
+		id := in.Checkpoint
+		if id == "" {
+			id = in.ID // unique, and the same on a replay
+		}
+		cp, err := br.Checkpoint(ctx, agent, in.Session, id, map[string]string{"allox.intent": in.ID})
 		if err != nil {
 			return nil, err
 		}

@@ -30,6 +30,7 @@ type ProcessRuntime struct {
 	Store        string   // a directory on Btrfs; each DevBox gets Store/<name>
 	State        string   // the Probe's state directory (tokens, pid files)
 	CgroupParent string   // cgroup parent of the daemons' groups; each gets <parent>-<name>
+	Client       string   // the in-sandbox client bound into runs ("" binds none)
 	Extra        []string // more daemon flags
 }
 
@@ -57,7 +58,8 @@ func (r *ProcessRuntime) Boot(ctx context.Context, d spec.DevBox) (Sandbox, erro
 		return nil, err
 	}
 	args := append([]string{"--root", root, "--listen", "127.0.0.1:0", "--listen-host", "127.0.0.1:0", "--token-file", tokenFile,
-		"--cgroup-parent", r.CgroupParent + "-" + d.Name}, r.Extra...)
+		"--cgroup-parent", r.CgroupParent + "-" + d.Name, "--session-sockets", filepath.Join(r.State, "s-"+d.Name),
+		"--client", r.Client}, r.Extra...)
 	cmd := exec.Command(r.Daemon, args...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true} // its own group: a Probe's signal is not its
 	logf, err := os.OpenFile(filepath.Join(r.State, "sandbox-"+d.Name+".log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
