@@ -21,6 +21,9 @@ devbox "alpha" {
 }
 `
 
+// lastSeen is the DevBox status the last wait saw, for the failure message.
+var lastSeen wire.DevBoxStatus
+
 func writeSpec(t *testing.T, src string) string {
 	p := filepath.Join(t.TempDir(), "fleet.hcl")
 	if err := os.WriteFile(p, []byte(src), 0o644); err != nil {
@@ -40,6 +43,7 @@ func session(t testing.TB, endpoint, token, sess string) (rpc.Session, error) {
 func running(t testing.TB, a *wire.AdminClient, name, host string) func() bool {
 	return func() bool {
 		st := getDevBox(t, a, name)
+		lastSeen = st
 		return st.Placement != nil && st.Placement.Host == host && st.Observed != nil && st.Observed.Host == host &&
 			st.Observed.Epoch == st.Placement.Epoch && st.Observed.Phase == wire.PhaseRunning && st.Observed.Sessions["s1"] == wire.PhaseRunning
 	}

@@ -334,7 +334,8 @@ func eventually(t testing.TB, what string, cond func() bool) {
 	deadline := time.Now().Add(60 * time.Second)
 	for !cond() {
 		if time.Now().After(deadline) {
-			t.Fatalf("%s: not within 60s", what)
+			b, _ := json.Marshal(lastSeen)
+			t.Fatalf("%s: not within 60s (last devbox status seen: %s)", what, b)
 		}
 		time.Sleep(25 * time.Millisecond)
 	}

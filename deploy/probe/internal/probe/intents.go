@@ -72,7 +72,11 @@ func (p *Probe) apply(ctx context.Context, in wire.Intent, gen int64) (json.RawM
 		if in.Spec == nil {
 			return nil, errors.New("boot intent without a spec")
 		}
-		return nil, p.boot(ctx, *in.Spec, in.TraceID, gen)
+		err := p.boot(ctx, *in.Spec, in.TraceID, gen)
+		if err != nil {
+			p.setPhase(*in.Spec, wire.PhaseFailed, err.Error(), in.TraceID)
+		}
+		return nil, err
 	case wire.IntentStop:
 		return nil, p.stop(ctx, in.DevBox, in.TraceID)
 	case wire.IntentCheckpoint:
@@ -112,7 +116,6 @@ func (p *Probe) boot(ctx context.Context, d spec.DevBox, trace string, gen int64
 	p.setPhase(d, wire.PhaseBooting, "", trace)
 	sb, err := p.rt.Ensure(ctx, d)
 	if err != nil {
-		p.setPhase(d, wire.PhaseFailed, err.Error(), trace)
 		return err
 	}
 	br := NewBridge(sb.Endpoint(), sb.Token())

@@ -62,32 +62,23 @@ func (r *ProcessRuntime) Boot(ctx context.Context, d spec.DevBox) (Sandbox, erro
 		"--client", r.Client}, r.Extra...)
 	cmd := exec.Command(r.Daemon, args...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true} // its own group: a Probe's signal is not its
-	logf, err := os.OpenFile(filepath.Join(r.State, "sandbox-"+d.Name+".log"), os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
+	// The daemon logs into a file, never into a pipe of the Probe: it outlives the Probe, and a
+	// write to a closed pipe on stderr would kill it.
+	logPath := filepath.Join(r.State, "sandbox-"+d.Name+".log")
+	logf, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o600)
 	if err != nil {
 		return nil, err
 	}
 	defer logf.Close()
-	stderr, err := cmd.StderrPipe()
-	if err != nil {
-		return nil, err
-	}
+	offset, _ := logf.Seek(0, io.SeekEnd)
+	cmd.Stderr = logf
 	if err := cmd.Start(); err != nil {
 		return nil, fmt.Errorf("start %s: %w", r.Daemon, err)
 	}
 	addr := make(chan string, 1)
-	go func() {
-		sc := bufio.NewScanner(stderr)
-		for sc.Scan() {
-			fmt.Fprintln(logf, sc.Text())
-			if m := hostListening.FindStringSubmatch(sc.Text()); m != nil {
-				select {
-				case addr <- m[1]:
-				default:
-				}
-			}
-		}
-		io.Copy(io.Discard, stderr)
-	}()
+	stopTail := make(chan struct{})
+	defer close(stopTail)
+	go tailFor(logPath, offset, addr, stopTail)
 	exited := make(chan struct{})
 	go func() { cmd.Wait(); close(exited) }()
 	select {
@@ -100,13 +91,42 @@ func (r *ProcessRuntime) Boot(ctx context.Context, d spec.DevBox) (Sandbox, erro
 		}
 		return &processSandbox{st: st, done: exited, statePath: statePath}, nil
 	case <-exited:
-		return nil, fmt.Errorf("%s exited before listening (see %s)", r.Daemon, filepath.Join(r.State, "sandbox-"+d.Name+".log"))
+		return nil, fmt.Errorf("%s exited before listening (see %s)", r.Daemon, logPath)
 	case <-ctx.Done():
 		cmd.Process.Kill()
 		return nil, ctx.Err()
 	case <-time.After(60 * time.Second):
 		cmd.Process.Kill()
 		return nil, fmt.Errorf("%s did not report its host listener in 60s", r.Daemon)
+	}
+}
+
+// tailFor reads the log at path from offset until a line names the host listener.
+func tailFor(path string, offset int64, addr chan<- string, stop <-chan struct{}) {
+	f, err := os.Open(path)
+	if err != nil {
+		return
+	}
+	defer f.Close()
+	f.Seek(offset, io.SeekStart)
+	r := bufio.NewReader(f)
+	var line []byte
+	for {
+		chunk, err := r.ReadBytes('\n')
+		line = append(line, chunk...)
+		if err == nil {
+			if m := hostListening.FindSubmatch(line); m != nil {
+				addr <- string(m[1])
+				return
+			}
+			line = line[:0]
+			continue
+		}
+		select {
+		case <-stop:
+			return
+		case <-time.After(20 * time.Millisecond):
+		}
 	}
 }
 
