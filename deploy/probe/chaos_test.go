@@ -205,4 +205,3 @@ func between(s, from, to string) string {
 	v, _, _ := strings.Cut(after, to)
 	return v
 }
-

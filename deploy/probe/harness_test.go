@@ -192,9 +192,18 @@ func (f *fleet) probe(host, gateways, store string, slots int) *probeHost {
 	os.MkdirAll(filepath.Join(store, host), 0o755)
 	h.args = []string{"serve", "--gateway", gateways, "--host", host, "--pki", f.pki, "--state", h.state, "--slots", fmt.Sprint(slots),
 		"--workspace-daemon", bins(f.t)["daemon"], "--store", filepath.Join(store, host), "--cgroup-parent", cgroupParent(f.t, host),
-		"--supervise-every", "100ms"}
+		"--supervise-every", "100ms", "--sockets", shortDir(f.t)}
 	h.p = start(f.t, host, bins(f.t)["probe"], h.args...)
-	f.t.Cleanup(func() { killSandboxes(h.state) })
+	f.t.Cleanup(func() {
+		if f.t.Failed() {
+			logs, _ := filepath.Glob(filepath.Join(h.state, "sandbox-*.log"))
+			for _, l := range logs {
+				b, _ := os.ReadFile(l)
+				f.t.Logf("%s %s:\n%s", host, filepath.Base(l), b)
+			}
+		}
+		killSandboxes(h.state)
+	})
 	return h
 }
 
@@ -216,6 +225,17 @@ func (h *probeHost) sandbox(t testing.TB, devbox string) (endpoint, token string
 		t.Fatal(err)
 	}
 	return st.Endpoint, st.Token, st.Pid
+}
+
+// shortDir is a directory with a short path (session sockets live below it), traversable by runs.
+func shortDir(t testing.TB) string {
+	d, err := os.MkdirTemp("/tmp", "ps")
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.Chmod(d, 0o711)
+	t.Cleanup(func() { os.RemoveAll(d) })
+	return d
 }
 
 // killSandboxes ends the daemons a Probe left (they outlive it by design).

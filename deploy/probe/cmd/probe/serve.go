@@ -28,6 +28,7 @@ func serve(ctx context.Context, args []string, log *slog.Logger) error {
 	daemon := fs.String("workspace-daemon", "", "process runtime: the allox-workspace-daemon binary (enables runtime \"process\")")
 	store := fs.String("store", "", "process runtime: a directory on Btrfs for the DevBoxes' stores")
 	daemonClient := fs.String("client", "", "process runtime: the in-sandbox client (services/allox) bound into runs; empty binds none")
+	sockets := fs.String("sockets", "", "process runtime: parent of the session-socket directories (default --state; at most ~60 bytes)")
 	cgroupParent := fs.String("cgroup-parent", "allox-probe", "process runtime: cgroup parent prefix of the daemons")
 	supervise := fs.Duration("supervise-every", time.Second, "session supervision cadence")
 	if err := fs.Parse(args); err != nil {
@@ -71,7 +72,7 @@ func serve(ctx context.Context, args []string, log *slog.Logger) error {
 	}
 	runtimes := map[string]probe.Runtime{}
 	if *daemon != "" {
-		runtimes[spec.RuntimeProcess] = &probe.ProcessRuntime{Daemon: *daemon, Store: *store, State: *state, CgroupParent: *cgroupParent, Client: *daemonClient}
+		runtimes[spec.RuntimeProcess] = &probe.ProcessRuntime{Daemon: *daemon, Store: *store, State: *state, CgroupParent: *cgroupParent, Client: *daemonClient, Sockets: *sockets}
 	}
 	p := probe.New(probe.Config{Host: *host, Slots: *slots, StateDir: *state, Supervise: *supervise}, client, probe.NewHostRuntime(runtimes))
 	log.Info("serving", "host", *host, "gateway", *gw, "runtimes", fmt.Sprint(keys(runtimes)))

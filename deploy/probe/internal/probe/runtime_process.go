@@ -2,6 +2,7 @@ package probe
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"crypto/rand"
 	"encoding/hex"
@@ -31,6 +32,7 @@ type ProcessRuntime struct {
 	State        string   // the Probe's state directory (tokens, pid files)
 	CgroupParent string   // cgroup parent of the daemons' groups; each gets <parent>-<name>
 	Client       string   // the in-sandbox client bound into runs ("" binds none)
+	Sockets      string   // parent of the daemons' session-socket directories (default State); keep it short: AF_UNIX paths are bounded
 	Extra        []string // more daemon flags
 }
 
@@ -58,7 +60,7 @@ func (r *ProcessRuntime) Boot(ctx context.Context, d spec.DevBox) (Sandbox, erro
 		return nil, err
 	}
 	args := append([]string{"--root", root, "--listen", "127.0.0.1:0", "--listen-host", "127.0.0.1:0", "--token-file", tokenFile,
-		"--cgroup-parent", r.CgroupParent + "-" + d.Name, "--session-sockets", filepath.Join(r.State, "s-"+d.Name),
+		"--cgroup-parent", r.CgroupParent + "-" + d.Name, "--session-sockets", filepath.Join(cmp.Or(r.Sockets, r.State), "s-"+d.Name),
 		"--client", r.Client}, r.Extra...)
 	cmd := exec.Command(r.Daemon, args...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true} // its own group: a Probe's signal is not its
