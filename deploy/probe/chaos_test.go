@@ -24,7 +24,7 @@ devbox "alpha" {
 // lastSeen is the DevBox status the last wait saw, for the failure message.
 var lastSeen wire.DevBoxStatus
 
-func writeSpec(t *testing.T, src string) string {
+func writeSpec(t testing.TB, src string) string {
 	p := filepath.Join(t.TempDir(), "fleet.hcl")
 	if err := os.WriteFile(p, []byte(src), 0o644); err != nil {
 		t.Fatal(err)

@@ -45,6 +45,10 @@ var binaries = sync.OnceValues(func() (map[string]string, error) {
 })
 
 func TestMain(m *testing.M) {
+	if s := os.Getenv("ALLOX_PROBE_SWARM"); s != "" {
+		runSwarm(s)
+		return
+	}
 	code := m.Run()
 	if bins, err := binaries(); err == nil {
 		os.RemoveAll(filepath.Dir(bins["gateway"]))
@@ -133,12 +137,14 @@ const (
 
 // fleet is a PKI and the processes of one test.
 type fleet struct {
-	t   *testing.T
+	t   testing.TB
 	pki string
 	ca  *pki.CA
 }
 
-func newFleet(t *testing.T) *fleet {
+func newFleet(t *testing.T) *fleet { return newFleetTB(t) }
+
+func newFleetTB(t testing.TB) *fleet {
 	f := &fleet{t: t, pki: t.TempDir()}
 	var err error
 	if f.ca, err = pki.NewCA("test"); err != nil {
@@ -375,12 +381,12 @@ func getDevBox(t testing.TB, a *wire.AdminClient, name string) wire.DevBoxStatus
 }
 
 // needBtrfs stops the test without the kernel pieces of a real store and sandboxed runs.
-func needBtrfs(t *testing.T) {
+func needBtrfs(t testing.TB) {
 	testenv.Root(t, "to loop-mount a Btrfs store and run workspace daemons", "./deploy/probe")
 	testenv.Tool(t, "bwrap", "apt-get install bubblewrap")
 }
 
-func runGatewayCLI(t *testing.T, f *fleet, url string, args ...string) string {
+func runGatewayCLI(t testing.TB, f *fleet, url string, args ...string) string {
 	t.Helper()
 	out, err := execGateway(f, url, args...)
 	if err != nil {
