@@ -19,11 +19,11 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/allox-os/allox/internal/appliance"
 	"github.com/allox-os/allox/internal/artifact"
 	"github.com/allox-os/allox/internal/marker"
 	"github.com/allox-os/allox/internal/rpc"
-	"github.com/allox-os/allox/qemu-tests/internal/appliance"
-	"github.com/allox-os/allox/qemu-tests/internal/vm"
+	"github.com/allox-os/allox/internal/vm"
 )
 
 func main() {

@@ -1,5 +1,5 @@
 // Package appliance turns a built output directory into QEMU options the way Kata starts the guest,
-// for the QEMU tests, the bench and `make boot`.
+// for the QEMU tests, the bench, `make boot` and the Probe's QEMU runtime (deploy/probe).
 package appliance
 
 import (
@@ -7,7 +7,7 @@ import (
 	"slices"
 
 	"github.com/allox-os/allox/internal/artifact"
-	"github.com/allox-os/allox/qemu-tests/internal/vm"
+	"github.com/allox-os/allox/internal/vm"
 )
 
 // Mode is how the appliance boots.
