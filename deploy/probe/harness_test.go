@@ -166,8 +166,11 @@ func newFleetTB(t testing.TB) *fleet {
 }
 
 // gateway starts a replica: on its own embedded etcd, or on etcd (non-empty).
-func (f *fleet) gateway(name, etcd string) (url, etcdEndpoint string, p *proc) {
-	args := append([]string{"serve", "--listen", "127.0.0.1:0", "--pki", f.pki, "--replica", name}, leaseFlags...)
+func (f *fleet) gateway(name, etcd string, lease ...string) (url, etcdEndpoint string, p *proc) {
+	if lease == nil {
+		lease = leaseFlags
+	}
+	args := append([]string{"serve", "--listen", "127.0.0.1:0", "--pki", f.pki, "--replica", name}, lease...)
 	if etcd == "" {
 		args = append(args, "--data", f.t.TempDir(), "--etcd-listen", "127.0.0.1:0")
 	} else {

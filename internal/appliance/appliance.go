@@ -3,10 +3,12 @@
 package appliance
 
 import (
+	"context"
 	"path/filepath"
 	"slices"
 
 	"github.com/allox-os/allox/internal/artifact"
+	"github.com/allox-os/allox/internal/marker"
 	"github.com/allox-os/allox/internal/vm"
 )
 
@@ -41,4 +43,23 @@ func Options(dir string, info *artifact.BootInfo, m Mode, workspace, token strin
 		opt.Disks = append(opt.Disks, vm.Disk{Path: workspace, Serial: info.StoreSerial})
 	}
 	return opt
+}
+
+// WaitReady waits until v's init has booted and every ready service of info reported ready, and
+// returns the latest of those console lines.
+func WaitReady(ctx context.Context, v *vm.VM, info *artifact.BootInfo) (vm.Line, error) {
+	last, err := v.WaitForLine(ctx, marker.BootDone)
+	if err != nil {
+		return last, err
+	}
+	for _, s := range info.ReadyServices {
+		l, err := v.WaitForLine(ctx, marker.Ready(s))
+		if err != nil {
+			return last, err
+		}
+		if l.At > last.At {
+			last = l
+		}
+	}
+	return last, nil
 }

@@ -21,7 +21,6 @@ import (
 
 	"github.com/allox-os/allox/internal/appliance"
 	"github.com/allox-os/allox/internal/artifact"
-	"github.com/allox-os/allox/internal/marker"
 	"github.com/allox-os/allox/internal/rpc"
 	"github.com/allox-os/allox/internal/vm"
 )
@@ -109,15 +108,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 func waitReady(ctx context.Context, v *vm.VM, info *artifact.BootInfo) error {
 	ctx, cancel := context.WithTimeout(ctx, vm.Scaled(90*time.Second))
 	defer cancel()
-	if _, err := v.WaitFor(ctx, marker.BootDone); err != nil {
-		return err
-	}
-	for _, s := range info.ReadyServices {
-		if _, err := v.WaitFor(ctx, marker.Ready(s)); err != nil {
-			return err
-		}
-	}
-	return nil
+	_, err := appliance.WaitReady(ctx, v, info)
+	return err
 }
 
 func ensureDisk(path string, size int64) error {

@@ -30,6 +30,7 @@ func serve(ctx context.Context, args []string, log *slog.Logger) error {
 	daemonClient := fs.String("client", "", "process runtime: the in-sandbox client (services/allox) bound into runs; empty binds none")
 	sockets := fs.String("sockets", "", "process runtime: parent of the session-socket directories (default --state; at most ~60 bytes)")
 	cgroupParent := fs.String("cgroup-parent", "allox-probe", "process runtime: cgroup parent prefix of the daemons")
+	applianceOut := fs.String("appliance", "", "qemu runtime: the mkimage output directory of the appliance (enables runtime \"qemu\")")
 	supervise := fs.Duration("supervise-every", time.Second, "session supervision cadence")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -46,7 +47,7 @@ func serve(ctx context.Context, args []string, log *slog.Logger) error {
 	case *daemon != "" && *store == "":
 		return errors.New("serve: --workspace-daemon needs --store (a directory on Btrfs)")
 	}
-	for _, p := range []*string{state, store} {
+	for _, p := range []*string{state, store, applianceOut} {
 		if *p != "" {
 			abs, err := filepath.Abs(*p)
 			if err != nil {
@@ -73,6 +74,10 @@ func serve(ctx context.Context, args []string, log *slog.Logger) error {
 	runtimes := map[string]probe.Runtime{}
 	if *daemon != "" {
 		runtimes[spec.RuntimeProcess] = &probe.ProcessRuntime{Daemon: *daemon, Store: *store, State: *state, CgroupParent: *cgroupParent, Client: *daemonClient, Sockets: *sockets}
+	}
+	if *applianceOut != "" {
+		runtimes[spec.RuntimeQEMU] = &probe.QEMURuntime{Out: *applianceOut, State: *state, Sockets: *sockets,
+			Logf: func(format string, args ...any) { log.Debug("console", "line", fmt.Sprintf(format, args...)) }}
 	}
 	p := probe.New(probe.Config{Host: *host, Slots: *slots, StateDir: *state, Supervise: *supervise}, client, probe.NewHostRuntime(runtimes))
 	log.Info("serving", "host", *host, "gateway", *gw, "runtimes", fmt.Sprint(keys(runtimes)))

@@ -9,6 +9,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/allox-os/allox/deploy/probe/internal/wire"
+	"github.com/allox-os/allox/internal/vm"
 )
 
 // Capabilities is the Capability Reporter: what this host can do, read from the host itself.
@@ -19,7 +20,7 @@ func Capabilities(runtimes []string, channels []string) wire.Capabilities {
 	if unix.Uname(&u) == nil {
 		c.Kernel = unix.ByteSliceToString(u.Release[:])
 	}
-	c.Accel, c.AccelReason = accel()
+	c.Accel, c.AccelReason = vm.Accel(), vm.AccelReason() // what the QEMU runtime will use
 	fsys := filesystems()
 	for _, f := range []string{"btrfs", "cgroup2", "overlay", "erofs", "virtiofs"} {
 		if slices.Contains(fsys, f) {
@@ -32,20 +33,6 @@ func Capabilities(runtimes []string, channels []string) wire.Capabilities {
 		}
 	}
 	return c
-}
-
-// accel is kvm when /dev/kvm opens read-write and answers KVM_GET_API_VERSION, else tcg.
-func accel() (string, string) {
-	fd, err := unix.Open("/dev/kvm", unix.O_RDWR|unix.O_CLOEXEC, 0)
-	if err != nil {
-		return "tcg", "/dev/kvm: " + err.Error()
-	}
-	defer unix.Close(fd)
-	const kvmGetAPIVersion = 0xAE00
-	if v, err := unix.IoctlRetInt(fd, kvmGetAPIVersion); err != nil || v != 12 {
-		return "tcg", "/dev/kvm does not answer KVM_GET_API_VERSION with 12"
-	}
-	return "kvm", ""
 }
 
 func filesystems() []string {

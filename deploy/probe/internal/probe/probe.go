@@ -157,6 +157,9 @@ func (p *Probe) fenceBox(b *box, reason string) {
 	br, sessions, agent := b.bridge, b.spec.Sessions, b.spec.Agent
 	b.fenced = true
 	b.mu.Unlock()
+	if br == nil {
+		return // still booting: boot sees the fence (fenceGen) and fences it when it is up
+	}
 	for _, s := range sessions {
 		if err := br.Fence(ctx, agent, s.Name, reason); err != nil {
 			p.events.Emit(wire.Event{Kind: wire.EventFault, DevBox: b.spec.Name, Session: s.Name, Reason: "session.fence: " + err.Error()})
