@@ -50,7 +50,9 @@ func (g *Guard) renewLoop(ctx context.Context, grant Grant) error {
 			return ctx.Err()
 		case <-t.C:
 		}
-		rctx, cancel := context.WithTimeout(ctx, grant.RenewEvery)
+		// A slow renewal may take up to half of stop_after (a loaded host, an etcd leader change):
+		// the fence timer runs on its own, so waiting longer never delays the fence.
+		rctx, cancel := context.WithTimeout(ctx, grant.StopAfter/2)
 		next, err := g.r.Renew(rctx, grant.Epoch)
 		cancel()
 		switch {

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"sync"
 	"time"
 
 	"github.com/allox-os/allox/deploy/probe/internal/spec"
@@ -55,6 +56,16 @@ func (p *Probe) Execute(ctx context.Context, in wire.Intent) {
 		p.mu.Unlock()
 		return
 	}
+	// One DevBox's intents run one at a time, in the order they arrive (a boot re-issued under
+	// a new epoch waits for the old one); other DevBoxes' run beside them.
+	unlock := p.lockDevBox(in.DevBox)
+	defer unlock()
+	if err := p.guard.Admit(in.Epoch); err != nil { // again: the wait may have outlived the epoch
+		p.mu.Lock()
+		p.refused++
+		p.mu.Unlock()
+		return
+	}
 	p.fenceMu.Lock()
 	gen := p.fenceGen
 	p.fenceMu.Unlock()
@@ -64,6 +75,18 @@ func (p *Probe) Execute(ctx context.Context, in wire.Intent) {
 		ev.Kind, ev.Reason = wire.EventIntentFailed, err.Error()
 	}
 	p.events.Emit(ev)
+}
+
+func (p *Probe) lockDevBox(name string) (unlock func()) {
+	p.mu.Lock()
+	m := p.devboxMu[name]
+	if m == nil {
+		m = &sync.Mutex{}
+		p.devboxMu[name] = m
+	}
+	p.mu.Unlock()
+	m.Lock()
+	return m.Unlock
 }
 
 func (p *Probe) apply(ctx context.Context, in wire.Intent, gen int64) (json.RawMessage, error) {
