@@ -81,6 +81,7 @@ bench: image
 	$(GO) test -run '^$$' -bench 'Share/read-4KiB' -benchtime 2000x ./services/internal/sessionshare/
 	$(GO) test -run '^$$' -bench Overhead -benchtime 10x ./services/internal/effects/lifecycle/
 	$(GO) test -run '^$$' -bench Overhead -benchtime 8x ./services/internal/effects/history/
+	$(GO) test -run '^$$' -bench 'Intents|LossToFence|GatewayHeap' -benchtime 1x -timeout 20m ./deploy/probe/
 
 # Bit-for-bit reproducibility: build the default appliance twice, each with a fresh cache (a fresh
 # Debian userland; only the kernel is shared), and compare every artifact (mkimage diff names the first
