@@ -4,6 +4,8 @@ package appliance
 
 import (
 	"context"
+	"errors"
+	"os"
 	"path/filepath"
 	"slices"
 
@@ -62,4 +64,16 @@ func WaitReady(ctx context.Context, v *vm.VM, info *artifact.BootInfo) (vm.Line,
 		}
 	}
 	return last, nil
+}
+
+// EnsureDisk creates path as a sparse raw disk of size bytes unless it exists (a store disk).
+func EnsureDisk(path string, size int64) error {
+	if _, err := os.Stat(path); err == nil {
+		return nil
+	}
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	return errors.Join(f.Truncate(size), f.Close())
 }

@@ -60,7 +60,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if *workspace == "" {
 		*workspace = filepath.Join(*out, "workspace.img")
 	}
-	if err := ensureDisk(*workspace, 4<<30); err != nil {
+	if err := appliance.EnsureDisk(*workspace, 4<<30); err != nil {
 		return err
 	}
 	tokenBytes := make([]byte, 24)
@@ -110,17 +110,6 @@ func waitReady(ctx context.Context, v *vm.VM, info *artifact.BootInfo) error {
 	defer cancel()
 	_, err := appliance.WaitReady(ctx, v, info)
 	return err
-}
-
-func ensureDisk(path string, size int64) error {
-	if _, err := os.Stat(path); err == nil {
-		return nil
-	}
-	f, err := os.Create(path)
-	if err != nil {
-		return err
-	}
-	return errors.Join(f.Truncate(size), f.Close())
 }
 
 func indent(raw json.RawMessage) string {

@@ -156,27 +156,31 @@ func Pool(path string) (*x509.CertPool, error) {
 
 // ServerConfig is the Gateway's TLS: its certificate, and a client certificate from the CA required.
 func ServerConfig(caPath, certPath, keyPath string) (*tls.Config, error) {
-	pool, err := Pool(caPath)
+	pool, cert, err := load(caPath, certPath, keyPath)
 	if err != nil {
 		return nil, err
-	}
-	cert, err := tls.LoadX509KeyPair(certPath, keyPath)
-	if err != nil {
-		return nil, fmt.Errorf("--cert/--key: %w", err)
 	}
 	return &tls.Config{Certificates: []tls.Certificate{cert}, ClientCAs: pool,
 		ClientAuth: tls.RequireAndVerifyClientCert, MinVersion: tls.VersionTLS13}, nil
 }
 
-// ClientConfig is a Probe's or operator's TLS: its certificate, and the Gateway verified by the CA.
-func ClientConfig(caPath, certPath, keyPath string) (*tls.Config, error) {
+func load(caPath, certPath, keyPath string) (*x509.CertPool, tls.Certificate, error) {
 	pool, err := Pool(caPath)
 	if err != nil {
-		return nil, err
+		return nil, tls.Certificate{}, err
 	}
 	cert, err := tls.LoadX509KeyPair(certPath, keyPath)
 	if err != nil {
-		return nil, fmt.Errorf("--cert/--key: %w", err)
+		return nil, cert, fmt.Errorf("--cert/--key: %w", err)
+	}
+	return pool, cert, nil
+}
+
+// ClientConfig is a Probe's or operator's TLS: its certificate, and the Gateway verified by the CA.
+func ClientConfig(caPath, certPath, keyPath string) (*tls.Config, error) {
+	pool, cert, err := load(caPath, certPath, keyPath)
+	if err != nil {
+		return nil, err
 	}
 	return &tls.Config{Certificates: []tls.Certificate{cert}, RootCAs: pool, MinVersion: tls.VersionTLS13}, nil
 }

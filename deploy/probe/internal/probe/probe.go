@@ -134,12 +134,7 @@ func (f fencer) Fence(reason string) {
 	p.fenceMu.Lock()
 	defer p.fenceMu.Unlock()
 	p.fenceGen++
-	p.mu.Lock()
-	boxes := make([]*box, 0, len(p.boxes))
-	for _, b := range p.boxes {
-		boxes = append(boxes, b)
-	}
-	p.mu.Unlock()
+	boxes := p.boxList()
 	var wg sync.WaitGroup
 	for _, b := range boxes {
 		wg.Go(func() { p.fenceBox(b, "lease: "+reason) })
@@ -166,4 +161,15 @@ func (p *Probe) fenceBox(b *box, reason string) {
 			p.events.Emit(wire.Event{Kind: wire.EventFault, DevBox: b.spec.Name, Session: s.Name, Reason: "session.fence: " + err.Error()})
 		}
 	}
+}
+
+// boxList is the boxes held now.
+func (p *Probe) boxList() []*box {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	boxes := make([]*box, 0, len(p.boxes))
+	for _, b := range p.boxes {
+		boxes = append(boxes, b)
+	}
+	return boxes
 }

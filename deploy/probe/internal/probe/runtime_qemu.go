@@ -3,10 +3,8 @@ package probe
 import (
 	"context"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"net/http"
-	"os"
 	"path/filepath"
 	"sync"
 	"time"
@@ -36,7 +34,7 @@ func (r *QEMURuntime) Boot(ctx context.Context, d spec.DevBox) (Sandbox, error) 
 		return nil, err
 	}
 	disk := filepath.Join(r.State, "workspace-"+d.Name+".img")
-	if err := ensureSparse(disk, 4<<30); err != nil {
+	if err := appliance.EnsureDisk(disk, 4<<30); err != nil {
 		return nil, err
 	}
 	token := randomToken()
@@ -185,15 +183,4 @@ func (h *vmHost) cleanup() {
 	for i := len(cs) - 1; i >= 0; i-- {
 		cs[i]()
 	}
-}
-
-func ensureSparse(path string, size int64) error {
-	if _, err := os.Stat(path); err == nil {
-		return nil
-	}
-	f, err := os.Create(path)
-	if err != nil {
-		return err
-	}
-	return errors.Join(f.Truncate(size), f.Close())
 }

@@ -91,12 +91,7 @@ func (p *Probe) superviseLoop(ctx context.Context) {
 			return
 		case <-t.C:
 		}
-		p.mu.Lock()
-		boxes := make([]*box, 0, len(p.boxes))
-		for _, b := range p.boxes {
-			boxes = append(boxes, b)
-		}
-		p.mu.Unlock()
+		boxes := p.boxList()
 		var wg sync.WaitGroup
 		for _, b := range boxes {
 			wg.Go(func() { p.superviseBox(ctx, b) }) // one box's fault never holds up another
@@ -248,11 +243,8 @@ func (p *Probe) Status() Status {
 		Events: map[string]int{"sent": sent, "dropped": dropped, "queued": queued}}
 	p.mu.Lock()
 	st.Refused = p.refused
-	boxes := make([]*box, 0, len(p.boxes))
-	for _, b := range p.boxes {
-		boxes = append(boxes, b)
-	}
 	p.mu.Unlock()
+	boxes := p.boxList()
 	for _, b := range boxes {
 		b.mu.Lock()
 		ds := DevBoxStatus{Name: b.spec.Name, Phase: b.phase, Sessions: map[string]string{}}
