@@ -205,3 +205,17 @@ func between(s, from, to string) string {
 	v, _, _ := strings.Cut(after, to)
 	return v
 }
+
+// `gateway apply` reports a bad spec with its file and line and writes nothing.
+func TestGatewayApplyDiagnostics(t *testing.T) {
+	f := newFleet(t)
+	gwURL, _, _ := f.gateway("a", "")
+	path := writeSpec(t, "devbox \"alpha\" {\n  agent = \"main\"\n  runtime = \"docker\"\n}\n")
+	out := runGatewayCLIErr(t, f, gwURL, "apply", path)
+	if want := path + `:3,3: Invalid runtime; devbox "alpha": runtime = "docker"; use one of qemu, process.`; !strings.Contains(out, want) {
+		t.Errorf("apply output:\n%s\nwant %q", out, want)
+	}
+	if list := runGatewayCLI(t, f, gwURL, "list"); strings.TrimSpace(list) != "[]" {
+		t.Errorf("after a refused apply, list = %s, want []", list)
+	}
+}
