@@ -166,6 +166,7 @@ func (p *Probe) boot(ctx context.Context, d spec.DevBox, trace string, gen int64
 	b.mu.Lock()
 	b.fenced = false
 	b.mu.Unlock()
+	p.heal.Clear(d.Name) // the Gateway re-issued the DevBox: what it was escalated for is its answer
 	p.setPhase(d, wire.PhaseRunning, "", trace)
 	return nil
 }

@@ -56,6 +56,9 @@ const (
 	Retrying  Outcome = "retrying"  // the action failed or is backing off; it will be tried again
 	Degraded  Outcome = "degraded"  // outside the allow-list: reported, never acted on
 	Escalated Outcome = "escalated" // repeated failure: handed to the Gateway, no more local tries
+	// Waiting: nothing was done (backing off, or degraded or escalated before and waiting for the
+	// Gateway); nothing new to report.
+	Waiting Outcome = "waiting"
 )
 
 // Fault is one occurrence of a fault, of one sandbox or session (Scope: "devbox" or
@@ -103,10 +106,6 @@ func NewSelfHeal(p HealPolicy) *SelfHeal {
 // string describes what happened, for the event and the audit's recovery trail.
 func (h *SelfHeal) Handle(ctx context.Context, f Fault, acts Actions) (Outcome, string) {
 	name, act, allowed := acts.of(f.Class)
-	if !allowed || act == nil {
-		h.count(f.Class, Degraded)
-		return Degraded, fmt.Sprintf("fault %s (%v) is outside the self-heal allow-list: degraded, escalated to the gateway", f.Class, f.Err)
-	}
 	k := healKey{f.Scope, f.Class}
 	h.mu.Lock()
 	st := h.state[k]
@@ -114,13 +113,18 @@ func (h *SelfHeal) Handle(ctx context.Context, f Fault, acts Actions) (Outcome, 
 		st = &healState{}
 		h.state[k] = st
 	}
-	if st.escalated {
+	switch {
+	case st.escalated:
 		h.mu.Unlock()
-		return Escalated, fmt.Sprintf("fault %s: escalated before; waiting for the gateway", f.Class)
-	}
-	if now := time.Now(); now.Before(st.next) {
+		return Waiting, fmt.Sprintf("fault %s: reported before; waiting for the gateway", f.Class)
+	case !allowed || act == nil:
+		st.escalated = true
+		h.counts[string(f.Class)+" "+string(Degraded)]++
 		h.mu.Unlock()
-		return Retrying, fmt.Sprintf("fault %s: %s backing off until %v", f.Class, name, st.next.Sub(now))
+		return Degraded, fmt.Sprintf("fault %s (%v) is outside the self-heal allow-list: degraded, escalated to the gateway", f.Class, f.Err)
+	case time.Now().Before(st.next):
+		h.mu.Unlock()
+		return Waiting, fmt.Sprintf("fault %s: %s backing off until %v", f.Class, name, st.next.Sub(time.Now()))
 	}
 	h.mu.Unlock()
 	err := act(ctx)
@@ -155,12 +159,6 @@ func (h *SelfHeal) Clear(scope string) {
 			delete(h.state, k)
 		}
 	}
-}
-
-func (h *SelfHeal) count(c FaultClass, o Outcome) {
-	h.mu.Lock()
-	h.counts[string(c)+" "+string(o)]++
-	h.mu.Unlock()
 }
 
 // Counts returns the counters, "<class> <outcome>" → n.

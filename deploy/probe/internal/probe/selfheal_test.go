@@ -52,6 +52,9 @@ func TestSelfHealOutsideAllowListDegrades(t *testing.T) {
 		if o, _ := h.Handle(t.Context(), Fault{Scope: "a", Class: c}, acts); o != Degraded {
 			t.Errorf("%q: %s, want degraded", c, o)
 		}
+		if o, _ := h.Handle(t.Context(), Fault{Scope: "a", Class: c}, acts); o != Waiting {
+			t.Errorf("%q again: %s, want waiting (reported once, not again at every pass)", c, o)
+		}
 	}
 	if ran != 0 {
 		t.Errorf("%d actions ran for faults outside the allow-list", ran)
@@ -79,8 +82,10 @@ func TestSelfHealBackoffAndEscalation(t *testing.T) {
 		if d := cmp.Diff([]time.Duration{0, time.Second, 3 * time.Second}, at); d != "" {
 			t.Errorf("attempts (-want +got):\n%s", d)
 		}
-		if outcomes[len(outcomes)-1] != Escalated {
-			t.Errorf("outcomes %v: want escalated at the end", outcomes)
+		// Escalated once, at the third failure (t=3s, the 7th call); after it nothing runs.
+		want := []Outcome{Retrying, Waiting, Retrying, Waiting, Waiting, Waiting, Escalated, Waiting, Waiting, Waiting, Waiting, Waiting}
+		if d := cmp.Diff(want, outcomes); d != "" {
+			t.Errorf("outcomes (-want +got):\n%s", d)
 		}
 		if c := h.Counts(); c["sandbox_exited escalated"] != 1 || c["sandbox_exited retrying"] != 2 {
 			t.Errorf("counts %v", c)

@@ -161,10 +161,12 @@ func (p *Probe) onFault(ctx context.Context, b *box, f Fault) {
 		session = f.Scope[len(d.Name)+1:]
 	}
 	if fenced || p.guard.Epoch() == 0 {
-		p.events.Emit(wire.Event{Kind: wire.EventFault, DevBox: d.Name, Session: session, Reason: string(f.Class) + ": not healed while fenced"})
-		return
+		return // every action is state-changing: nothing is healed while fenced
 	}
 	o, why := p.heal.Handle(ctx, f, p.actions(b))
+	if o == Waiting {
+		return
+	}
 	p.events.Emit(wire.Event{Kind: wire.EventFault, DevBox: d.Name, Session: session, Reason: why})
 	switch o {
 	case Degraded, Escalated:
