@@ -119,14 +119,7 @@ func TestChaosPartitionFencesBeforeReassign(t *testing.T) {
 // A Probe killed and restarted registers again with a new epoch, adopts its running sandbox, and
 // runs the DevBox under the new epoch only.
 func TestChaosProbeRestartGetsNewEpoch(t *testing.T) {
-	needBtrfs(t)
-	store := btrfstest.Mount(t)
-	f := newFleet(t)
-	gwURL, _, _ := f.gateway("a", "")
-	h := f.probe("host-a", gwURL, store, 2)
-	a := f.admin(gwURL)
-	runGatewayCLI(t, f, gwURL, "apply", writeSpec(t, alphaSpec))
-	eventually(t, "alpha running", running(t, a, "alpha", "host-a"))
+	f, gwURL, h, a := alphaRunning(t, 2)
 	epoch1 := getDevBox(t, a, "alpha").Placement.Epoch
 	_, _, pid1 := h.sandbox(t, "alpha")
 
@@ -151,14 +144,7 @@ func TestChaosProbeRestartGetsNewEpoch(t *testing.T) {
 // Checkpoint and rollback of a session through the Gateway: the op travels Gateway → Probe →
 // appliance, and a rollback needs an approval reference.
 func TestCheckpointRollbackThroughGateway(t *testing.T) {
-	needBtrfs(t)
-	store := btrfstest.Mount(t)
-	f := newFleet(t)
-	gwURL, _, _ := f.gateway("a", "")
-	h := f.probe("host-a", gwURL, store, 1)
-	a := f.admin(gwURL)
-	runGatewayCLI(t, f, gwURL, "apply", writeSpec(t, alphaSpec))
-	eventually(t, "alpha running", running(t, a, "alpha", "host-a"))
+	f, gwURL, h, _ := alphaRunning(t, 1)
 	endpoint, token, _ := h.sandbox(t, "alpha")
 	s, err := session(t, endpoint, token, "s1")
 	if err != nil {
@@ -218,4 +204,19 @@ func TestGatewayApplyDiagnostics(t *testing.T) {
 	if list := runGatewayCLI(t, f, gwURL, "list"); strings.TrimSpace(list) != "[]" {
 		t.Errorf("after a refused apply, list = %s, want []", list)
 	}
+}
+
+// alphaRunning starts a Gateway and a Probe (host-a, slots) with the process runtime on a real
+// Btrfs store, applies alphaSpec and waits until alpha runs there.
+func alphaRunning(t *testing.T, slots int) (*fleet, string, *probeHost, *wire.AdminClient) {
+	t.Helper()
+	needBtrfs(t)
+	store := btrfstest.Mount(t)
+	f := newFleet(t)
+	gwURL, _, _ := f.gateway("a", "")
+	h := f.probe("host-a", gwURL, store, slots)
+	a := f.admin(gwURL)
+	runGatewayCLI(t, f, gwURL, "apply", writeSpec(t, alphaSpec))
+	eventually(t, "alpha running", running(t, a, "alpha", "host-a"))
+	return f, gwURL, h, a
 }

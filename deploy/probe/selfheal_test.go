@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/allox-os/allox/deploy/probe/internal/wire"
-	"github.com/allox-os/allox/internal/btrfstest"
 	"github.com/allox-os/allox/internal/rpc"
 )
 
@@ -27,14 +26,7 @@ func probeStatus(t testing.TB, h *probeHost) (st struct {
 // the same store and counted; a session deleted behind the Probe's back (outside the allow-list)
 // is never re-created: the DevBox is reported degraded and the fault escalated to the Gateway.
 func TestSelfHealOnRealSandbox(t *testing.T) {
-	needBtrfs(t)
-	store := btrfstest.Mount(t)
-	f := newFleet(t)
-	gwURL, _, _ := f.gateway("a", "")
-	h := f.probe("host-a", gwURL, store, 1)
-	a := f.admin(gwURL)
-	runGatewayCLI(t, f, gwURL, "apply", writeSpec(t, alphaSpec))
-	eventually(t, "alpha running", running(t, a, "alpha", "host-a"))
+	f, gwURL, h, a := alphaRunning(t, 1)
 	_, _, pid := h.sandbox(t, "alpha")
 
 	syscall.Kill(pid, syscall.SIGKILL)
