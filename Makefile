@@ -84,6 +84,7 @@ bench: image
 	$(GO) test -run '^$$' -bench Overhead -benchtime 10x ./services/internal/effects/lifecycle/
 	$(GO) test -run '^$$' -bench Overhead -benchtime 8x ./services/internal/effects/history/
 	$(GO) test -run '^$$' -bench SSH -benchtime 1x ./deploy/probe/internal/sshremote/
+	$(GO) test -run '^$$' -bench 'Intents|LossToFence|GatewayHeap' -benchtime 1x -timeout 20m ./deploy/probe/
 	$(MAKE) bench-kuruwa
 
 # Kuruwa against Debian's tmux, CLI round trips, p50/p99 over 200 samples; needs no image.

@@ -11,11 +11,11 @@ import (
 	"time"
 
 	"github.com/allox-os/allox/deploy/kata"
+	"github.com/allox-os/allox/internal/appliance"
 	"github.com/allox-os/allox/internal/marker"
 	"github.com/allox-os/allox/internal/rpc"
-	"github.com/allox-os/allox/qemu-tests/internal/appliance"
+	"github.com/allox-os/allox/internal/vm"
 	"github.com/allox-os/allox/qemu-tests/internal/standin"
-	"github.com/allox-os/allox/qemu-tests/internal/vm"
 )
 
 // These tests boot out/kata-agent (testdata/kata-agent.hcl), whose /usr/bin/kata-agent is the

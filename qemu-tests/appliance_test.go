@@ -13,11 +13,11 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/allox-os/allox/internal/appliance"
 	"github.com/allox-os/allox/internal/artifact"
 	"github.com/allox-os/allox/internal/marker"
 	"github.com/allox-os/allox/internal/rpc"
-	"github.com/allox-os/allox/qemu-tests/internal/appliance"
-	"github.com/allox-os/allox/qemu-tests/internal/vm"
+	"github.com/allox-os/allox/internal/vm"
 )
 
 // mode is how the appliance boots, as Kata would start it.

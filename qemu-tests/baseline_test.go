@@ -8,7 +8,7 @@ import (
 	"time"
 
 	"github.com/allox-os/allox/internal/baseline"
-	"github.com/allox-os/allox/qemu-tests/internal/vm"
+	"github.com/allox-os/allox/internal/vm"
 )
 
 // baselineBoot is Debian's stock kernel with a busybox-only initramfs.

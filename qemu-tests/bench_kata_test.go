@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/allox-os/allox/internal/baseline"
-	"github.com/allox-os/allox/qemu-tests/internal/vm"
+	"github.com/allox-os/allox/internal/vm"
 )
 
 // BenchmarkKataBootToReady measures QEMU start → the daemon ready as Kata boots the appliance

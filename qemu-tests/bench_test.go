@@ -7,7 +7,7 @@ import (
 	"time"
 
 	"github.com/allox-os/allox/internal/baseline"
-	"github.com/allox-os/allox/qemu-tests/internal/vm"
+	"github.com/allox-os/allox/internal/vm"
 )
 
 // BenchmarkBootToReady measures, per iteration, QEMU start → ready for the appliance (image mode,

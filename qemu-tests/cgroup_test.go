@@ -9,7 +9,7 @@ import (
 	"time"
 
 	"github.com/allox-os/allox/deploy/kata"
-	"github.com/allox-os/allox/qemu-tests/internal/vm"
+	"github.com/allox-os/allox/internal/vm"
 	"github.com/cavaliergopher/cpio"
 )
 

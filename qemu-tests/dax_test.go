@@ -11,9 +11,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/allox-os/allox/internal/appliance"
 	"github.com/allox-os/allox/internal/artifact"
-	"github.com/allox-os/allox/qemu-tests/internal/appliance"
-	"github.com/allox-os/allox/qemu-tests/internal/vm"
+	"github.com/allox-os/allox/internal/vm"
 	"github.com/allox-os/allox/rootfs/dax"
 )
 

@@ -12,7 +12,7 @@ import (
 
 	"github.com/allox-os/allox/internal/artifact"
 	"github.com/allox-os/allox/internal/baseline"
-	"github.com/allox-os/allox/qemu-tests/internal/vm"
+	"github.com/allox-os/allox/internal/vm"
 )
 
 // deviceInit reports what the guest sees of the harness's devices, then answers one TCP

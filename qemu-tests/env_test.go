@@ -6,7 +6,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/allox-os/allox/qemu-tests/internal/vm"
+	"github.com/allox-os/allox/internal/vm"
 )
 
 // inCI is true when CI runs us: then nothing may skip.

@@ -11,7 +11,7 @@ import (
 	"time"
 
 	"github.com/allox-os/allox/deploy/kata"
-	"github.com/allox-os/allox/qemu-tests/internal/vm"
+	"github.com/allox-os/allox/internal/vm"
 )
 
 // These tests prove that the Kata features the parity fragments (kernel/fragments/80-kata-*.conf)

@@ -15,7 +15,7 @@ import (
 	"github.com/allox-os/allox/deploy/kata"
 	"github.com/allox-os/allox/internal/artifact"
 	"github.com/allox-os/allox/internal/rpc"
-	"github.com/allox-os/allox/qemu-tests/internal/vm"
+	"github.com/allox-os/allox/internal/vm"
 )
 
 // These tests boot the real image the way Kata's Go runtime starts it on x86_64 q35: Kata's kernel

@@ -12,7 +12,7 @@ import (
 
 	"github.com/allox-os/allox/internal/marker"
 	"github.com/allox-os/allox/internal/rpc"
-	"github.com/allox-os/allox/qemu-tests/internal/vm"
+	"github.com/allox-os/allox/internal/vm"
 )
 
 // processTreeOut is the subdirectory of outDir() that `make image` builds from

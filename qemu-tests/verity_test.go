@@ -16,10 +16,10 @@ import (
 	"testing"
 
 	"github.com/allox-os/allox/deploy/kata"
+	"github.com/allox-os/allox/internal/appliance"
 	"github.com/allox-os/allox/internal/artifact"
 	"github.com/allox-os/allox/internal/rpc"
-	"github.com/allox-os/allox/qemu-tests/internal/appliance"
-	"github.com/allox-os/allox/qemu-tests/internal/vm"
+	"github.com/allox-os/allox/internal/vm"
 )
 
 // verityOut is the subdirectory of outDir() that `make image` builds from testdata/verity.hcl: the

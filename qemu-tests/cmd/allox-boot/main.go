@@ -19,11 +19,10 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/allox-os/allox/internal/appliance"
 	"github.com/allox-os/allox/internal/artifact"
-	"github.com/allox-os/allox/internal/marker"
 	"github.com/allox-os/allox/internal/rpc"
-	"github.com/allox-os/allox/qemu-tests/internal/appliance"
-	"github.com/allox-os/allox/qemu-tests/internal/vm"
+	"github.com/allox-os/allox/internal/vm"
 )
 
 func main() {
@@ -61,7 +60,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if *workspace == "" {
 		*workspace = filepath.Join(*out, "workspace.img")
 	}
-	if err := ensureDisk(*workspace, 4<<30); err != nil {
+	if err := appliance.EnsureDisk(*workspace, 4<<30); err != nil {
 		return err
 	}
 	tokenBytes := make([]byte, 24)
@@ -109,26 +108,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 func waitReady(ctx context.Context, v *vm.VM, info *artifact.BootInfo) error {
 	ctx, cancel := context.WithTimeout(ctx, vm.Scaled(90*time.Second))
 	defer cancel()
-	if _, err := v.WaitFor(ctx, marker.BootDone); err != nil {
-		return err
-	}
-	for _, s := range info.ReadyServices {
-		if _, err := v.WaitFor(ctx, marker.Ready(s)); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
-func ensureDisk(path string, size int64) error {
-	if _, err := os.Stat(path); err == nil {
-		return nil
-	}
-	f, err := os.Create(path)
-	if err != nil {
-		return err
-	}
-	return errors.Join(f.Truncate(size), f.Close())
+	_, err := appliance.WaitReady(ctx, v, info)
+	return err
 }
 
 func indent(raw json.RawMessage) string {

@@ -1,0 +1,169 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net/http"
+	"net/url"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/allox-os/allox/deploy/probe/internal/pki"
+	"github.com/allox-os/allox/deploy/probe/internal/spec"
+	"github.com/allox-os/allox/deploy/probe/internal/wire"
+)
+
+func ca(args []string, stdout io.Writer) error {
+	if len(args) == 0 || (args[0] != "init" && args[0] != "issue") {
+		return errors.New("usage: gateway ca init --dir DIR | gateway ca issue --dir DIR --name N --role probe|admin|gateway [--host H,...]")
+	}
+	fs := flag.NewFlagSet("gateway ca "+args[0], flag.ContinueOnError)
+	dir := fs.String("dir", "", "PKI directory")
+	name := fs.String("name", "", "file name and common name (a Probe's: its host name)")
+	role := fs.String("role", "", "probe, admin or gateway")
+	hosts := fs.String("host", "", "comma-separated IPs or DNS names the certificate serves (gateway)")
+	if err := fs.Parse(args[1:]); err != nil {
+		return err
+	}
+	if *dir == "" {
+		return errors.New("ca: --dir is required")
+	}
+	if args[0] == "init" {
+		c, err := pki.NewCA("allox-gateway-ca")
+		if err != nil {
+			return err
+		}
+		if err := c.Save(*dir); err != nil {
+			return err
+		}
+		fmt.Fprintln(stdout, filepath.Join(*dir, pki.CAFile))
+		return nil
+	}
+	switch *role {
+	case wire.RoleProbe, wire.RoleAdmin:
+	case "gateway":
+		if *hosts == "" {
+			return errors.New("ca issue: --role gateway needs --host (the addresses the Gateway listens on, e.g. 127.0.0.1)")
+		}
+	default:
+		return fmt.Errorf("ca issue: --role %q: use probe, admin or gateway", *role)
+	}
+	if *name == "" {
+		return errors.New("ca issue: --name is required (a Probe's certificate is named after its host)")
+	}
+	c, err := pki.LoadCA(*dir)
+	if err != nil {
+		return err
+	}
+	var hs []string
+	if *hosts != "" {
+		hs = strings.Split(*hosts, ",")
+	}
+	if err := c.IssueFiles(*dir, *name, *name, *role, hs...); err != nil {
+		return err
+	}
+	fmt.Fprintln(stdout, filepath.Join(*dir, *name+".pem"))
+	return nil
+}
+
+func operate(ctx context.Context, cmd string, args []string, stdout io.Writer) error {
+	fs := flag.NewFlagSet("gateway "+cmd, flag.ContinueOnError)
+	gw := fs.String("gateway", "https://127.0.0.1:7443", "comma-separated Gateway replica URLs")
+	pkiDir := fs.String("pki", "", "directory with ca.pem and the operator's certificate")
+	certName := fs.String("cert", "admin", "name of the operator certificate in --pki (<name>.pem, <name>-key.pem)")
+	reason := fs.String("reason", "", "why (recorded in the audit)")
+	after := fs.String("after", "", "audit: the key to page after")
+	limit := fs.Int("limit", 50, "audit: records per page")
+	session := fs.String("session", "", "op: the session")
+	checkpoint := fs.String("checkpoint", "", "op rollback: the checkpoint to restore")
+	approval := fs.String("approval", "", "op: the approval reference (required for rollback)")
+	wait := fs.Duration("wait", 0, "op: wait this long for the Probe's result")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *pkiDir == "" {
+		return fmt.Errorf("%s: --pki DIR is required (an admin certificate: gateway ca issue --role admin --name admin)", cmd)
+	}
+	tc, err := pki.ClientConfig(filepath.Join(*pkiDir, pki.CAFile), filepath.Join(*pkiDir, *certName+".pem"), filepath.Join(*pkiDir, *certName+"-key.pem"))
+	if err != nil {
+		return err
+	}
+	a, err := wire.NewAdminClient(strings.Split(*gw, ","), tc)
+	if err != nil {
+		return err
+	}
+	rest := fs.Args()
+	var out any
+	switch cmd {
+	case "apply":
+		if len(rest) != 1 {
+			return errors.New("usage: gateway apply FILE.hcl")
+		}
+		boxes, diags := spec.Load(rest[0])
+		if diags.HasErrors() {
+			return errors.New(strings.TrimSpace(spec.Format(diags)))
+		}
+		var res map[string][]string
+		err, out = a.Do(ctx, http.MethodPost, wire.PathApply, wire.Apply{DevBoxes: boxes, Reason: *reason}, &res), &res
+	case "get":
+		if len(rest) != 1 {
+			return errors.New("usage: gateway get DEVBOX")
+		}
+		var st wire.DevBoxStatus
+		err, out = a.Do(ctx, http.MethodGet, wire.PathDevBoxes+"/"+url.PathEscape(rest[0]), nil, &st), &st
+	case "list":
+		var l []wire.DevBoxStatus
+		err, out = a.Do(ctx, http.MethodGet, wire.PathDevBoxes, nil, &l), &l
+	case "leases":
+		var l []wire.LeaseStatus
+		err, out = a.Do(ctx, http.MethodGet, wire.PathLeases, nil, &l), &l
+	case "audit":
+		var l []json.RawMessage
+		q := url.Values{"after": {*after}, "limit": {fmt.Sprint(*limit)}}
+		err, out = a.Do(ctx, http.MethodGet, wire.PathAudit+"?"+q.Encode(), nil, &l), &l
+	case "op":
+		if len(rest) != 2 {
+			return errors.New("usage: gateway op checkpoint|rollback|vm_snapshot DEVBOX [--session S] [--checkpoint C] [--approval REF]")
+		}
+		op := wire.Op{Kind: rest[0], DevBox: rest[1], Session: *session, Checkpoint: *checkpoint, Approval: *approval, Reason: *reason}
+		out, err = runOp(ctx, a, op, *wait)
+	}
+	if err != nil {
+		return err
+	}
+	enc := json.NewEncoder(stdout)
+	enc.SetIndent("", "  ")
+	return enc.Encode(out)
+}
+
+// runOp sends op and, with wait, polls for its result.
+func runOp(ctx context.Context, a *wire.AdminClient, op wire.Op, wait time.Duration) (any, error) {
+	var id map[string]string
+	if err := a.Do(ctx, http.MethodPost, wire.PathOps, op, &id); err != nil {
+		return nil, err
+	}
+	var res wire.OpResult
+	deadline := time.Now().Add(wait)
+	for {
+		if err := a.Do(ctx, http.MethodGet, wire.PathOps+"/"+id["id"], nil, &res); err != nil {
+			return nil, err
+		}
+		res.ID = id["id"]
+		if res.Done || res.Failed != "" || time.Now().After(deadline) {
+			if res.Failed != "" {
+				return &res, fmt.Errorf("op %s failed on the probe: %s", res.ID, res.Failed)
+			}
+			return &res, nil
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(100 * time.Millisecond):
+		}
+	}
+}

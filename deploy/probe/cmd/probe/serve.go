@@ -1,0 +1,114 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/allox-os/allox/deploy/probe/internal/pki"
+	"github.com/allox-os/allox/deploy/probe/internal/probe"
+	"github.com/allox-os/allox/deploy/probe/internal/spec"
+	"github.com/allox-os/allox/deploy/probe/internal/wire"
+)
+
+func serve(ctx context.Context, args []string, log *slog.Logger) error {
+	fs := flag.NewFlagSet("probe serve", flag.ContinueOnError)
+	gw := fs.String("gateway", "", "comma-separated Gateway replica URLs (https://...)")
+	host := fs.String("host", "", "this host's name: the CN of its certificate")
+	pkiDir := fs.String("pki", "", "directory with ca.pem and <host>.pem, <host>-key.pem (gateway ca issue --role probe)")
+	state := fs.String("state", "", "state directory (status, sandboxes' tokens and logs)")
+	slots := fs.Int("slots", 4, "Worker Sandboxes this host takes")
+	daemon := fs.String("workspace-daemon", "", "process runtime: the allox-workspace-daemon binary (enables runtime \"process\")")
+	store := fs.String("store", "", "process runtime: a directory on Btrfs for the DevBoxes' stores")
+	daemonClient := fs.String("client", "", "process runtime: the in-sandbox client (services/allox) bound into runs; empty binds none")
+	sockets := fs.String("sockets", "", "process runtime: parent of the session-socket directories (default --state; at most ~60 bytes)")
+	cgroupParent := fs.String("cgroup-parent", "allox-probe", "process runtime: cgroup parent prefix of the daemons")
+	applianceOut := fs.String("appliance", "", "qemu runtime: the mkimage output directory of the appliance (enables runtime \"qemu\")")
+	supervise := fs.Duration("supervise-every", time.Second, "session supervision cadence")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	switch {
+	case *gw == "":
+		return errors.New("serve: --gateway is required, e.g. https://127.0.0.1:7443")
+	case *host == "":
+		return errors.New("serve: --host is required (the name in this host's probe certificate)")
+	case *pkiDir == "":
+		return errors.New("serve: --pki is required")
+	case *state == "":
+		return errors.New("serve: --state is required")
+	case *daemon != "" && *store == "":
+		return errors.New("serve: --workspace-daemon needs --store (a directory on Btrfs)")
+	}
+	for _, p := range []*string{state, store, applianceOut} {
+		if *p != "" {
+			abs, err := filepath.Abs(*p)
+			if err != nil {
+				return err
+			}
+			*p = abs
+		}
+	}
+	// Traversable (not listable): sandboxed runs, as the run uid, reach their session sockets below it.
+	if err := os.MkdirAll(*state, 0o711); err != nil {
+		return err
+	}
+	if err := os.Chmod(*state, 0o711); err != nil {
+		return err
+	}
+	tc, err := pki.ClientConfig(filepath.Join(*pkiDir, pki.CAFile), filepath.Join(*pkiDir, *host+".pem"), filepath.Join(*pkiDir, *host+"-key.pem"))
+	if err != nil {
+		return err
+	}
+	client, err := wire.NewProbeClient(*host, strings.Split(*gw, ","), tc)
+	if err != nil {
+		return err
+	}
+	runtimes := map[string]probe.Runtime{}
+	if *daemon != "" {
+		runtimes[spec.RuntimeProcess] = &probe.ProcessRuntime{Daemon: *daemon, Store: *store, State: *state, CgroupParent: *cgroupParent, Client: *daemonClient, Sockets: *sockets}
+	}
+	if *applianceOut != "" {
+		runtimes[spec.RuntimeQEMU] = &probe.QEMURuntime{Out: *applianceOut, State: *state, Sockets: *sockets,
+			Logf: func(format string, args ...any) { log.Debug("console", "line", fmt.Sprintf(format, args...)) }}
+	}
+	p := probe.New(probe.Config{Host: *host, Slots: *slots, StateDir: *state, Supervise: *supervise}, client, probe.NewHostRuntime(runtimes))
+	log.Info("serving", "host", *host, "gateway", *gw, "runtimes", fmt.Sprint(keys(runtimes)))
+	err = p.Run(ctx)
+	if errors.Is(err, context.Canceled) {
+		return nil
+	}
+	return err
+}
+
+func keys(m map[string]probe.Runtime) []string {
+	var out []string
+	for k := range m {
+		out = append(out, k)
+	}
+	return out
+}
+
+func status(args []string, stdout io.Writer) error {
+	fs := flag.NewFlagSet("probe status", flag.ContinueOnError)
+	state := fs.String("state", "", "the Probe's state directory")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *state == "" {
+		return errors.New("status: --state is required")
+	}
+	b, err := os.ReadFile(filepath.Join(*state, probe.StatusFile))
+	if err != nil {
+		return fmt.Errorf("status: %w (is `probe serve --state %s` running?)", err, *state)
+	}
+	_, err = stdout.Write(b)
+	return err
+}

@@ -1,0 +1,113 @@
+package probe
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/allox-os/allox/deploy/probe/internal/spec"
+)
+
+// Sandbox is one running Worker Sandbox: the appliance's host listener and its life.
+type Sandbox interface {
+	Endpoint() string // http://127.0.0.1:PORT of the appliance's host listener
+	Token() string    // its bearer token
+	Done() <-chan struct{}
+	Stop(ctx context.Context) error
+}
+
+// VMSnapshotter is a Sandbox that can snapshot its whole VM (QEMU's QMP); a session checkpoint
+// is the appliance's business and goes through the Bridge instead.
+type VMSnapshotter interface {
+	SnapshotVM(ctx context.Context, name string) error
+}
+
+// Runtime boots Worker Sandboxes of one kind (spec.RuntimeQEMU, spec.RuntimeProcess).
+type Runtime interface {
+	Boot(ctx context.Context, d spec.DevBox) (Sandbox, error)
+}
+
+// ErrNoRuntime: the DevBox names a runtime this host does not offer.
+var ErrNoRuntime = errors.New("runtime not offered by this host")
+
+// HostRuntime is the Host Runtime Manager: the Worker Sandboxes of this host, by DevBox.
+type HostRuntime struct {
+	runtimes map[string]Runtime
+	mu       sync.Mutex
+	boxes    map[string]Sandbox
+}
+
+// NewHostRuntime offers the runtimes given by name.
+func NewHostRuntime(runtimes map[string]Runtime) *HostRuntime {
+	return &HostRuntime{runtimes: runtimes, boxes: map[string]Sandbox{}}
+}
+
+// Names lists the runtimes offered.
+func (h *HostRuntime) Names() []string {
+	var out []string
+	for _, n := range []string{spec.RuntimeQEMU, spec.RuntimeProcess} {
+		if h.runtimes[n] != nil {
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// Ensure returns d's running sandbox, booting it when there is none (or it exited).
+func (h *HostRuntime) Ensure(ctx context.Context, d spec.DevBox) (Sandbox, error) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	if sb, ok := h.boxes[d.Name]; ok {
+		select {
+		case <-sb.Done():
+		default:
+			return sb, nil
+		}
+	}
+	rt := h.runtimes[d.Runtime]
+	if rt == nil {
+		return nil, fmt.Errorf("devbox %s: runtime %q: %w (this host offers %v)", d.Name, d.Runtime, ErrNoRuntime, h.Names())
+	}
+	sb, err := rt.Boot(ctx, d)
+	if err != nil {
+		return nil, fmt.Errorf("devbox %s: boot: %w", d.Name, err)
+	}
+	h.boxes[d.Name] = sb
+	return sb, nil
+}
+
+// Restart stops d's sandbox and boots it again (a self-heal action).
+func (h *HostRuntime) Restart(ctx context.Context, d spec.DevBox) (Sandbox, error) {
+	if err := h.Stop(ctx, d.Name); err != nil {
+		return nil, err
+	}
+	return h.Ensure(ctx, d)
+}
+
+// Get returns d's sandbox, if it has one.
+func (h *HostRuntime) Get(name string) (Sandbox, bool) {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	sb, ok := h.boxes[name]
+	return sb, ok
+}
+
+// Stop stops name's sandbox; stopping one that does not run is not an error.
+func (h *HostRuntime) Stop(ctx context.Context, name string) error {
+	h.mu.Lock()
+	sb, ok := h.boxes[name]
+	delete(h.boxes, name)
+	h.mu.Unlock()
+	if !ok {
+		return nil
+	}
+	return sb.Stop(ctx)
+}
+
+// Count is the number of sandboxes held.
+func (h *HostRuntime) Count() int {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return len(h.boxes)
+}
