@@ -190,7 +190,7 @@ type probeHost struct {
 	p           *proc
 }
 
-func (f *fleet) probe(host, gateways, store string, slots int) *probeHost {
+func (f *fleet) probe(host, gateways, store string, slots int, extra ...string) *probeHost {
 	if err := f.ca.IssueFiles(f.pki, host, host, wire.RoleProbe); err != nil {
 		f.t.Fatal(err)
 	}
@@ -202,6 +202,7 @@ func (f *fleet) probe(host, gateways, store string, slots int) *probeHost {
 	h.args = []string{"serve", "--gateway", gateways, "--host", host, "--pki", f.pki, "--state", h.state, "--slots", fmt.Sprint(slots),
 		"--workspace-daemon", bins(f.t)["daemon"], "--store", filepath.Join(store, host), "--cgroup-parent", cgroupParent(f.t, host),
 		"--supervise-every", "100ms", "--sockets", shortDir(f.t)}
+	h.args = append(h.args, extra...)
 	h.p = start(f.t, host, bins(f.t)["probe"], h.args...)
 	f.t.Cleanup(func() {
 		if f.t.Failed() {

@@ -6,6 +6,8 @@
 //	gateway ca issue --dir DIR --name N --role probe|admin|gateway [--host H]   mint a certificate
 //	gateway apply FILE.hcl | get NAME | list | leases | audit              operate (admin certificate)
 //	gateway op checkpoint|rollback|vm_snapshot DEVBOX [...]                act on a session
+//	gateway ca ssh-init --dir DIR                                          make the SSH CA (ssh_remote)
+//	gateway ssh-cert --key F.pub --who W --approval REF DEVBOX SESSION     a short-lived SSH credential
 package main
 
 import (
@@ -37,12 +39,12 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return serve(ctx, args[1:], log)
 	case "ca":
 		return ca(args[1:], stdout)
-	case "apply", "get", "list", "leases", "audit", "op":
+	case "apply", "get", "list", "leases", "audit", "op", "ssh-cert":
 		return operate(ctx, args[0], args[1:], stdout)
 	}
 	return usageError()
 }
 
 func usageError() error {
-	return fmt.Errorf("usage: gateway serve|ca|apply|get|list|leases|audit|op (see `go doc ./deploy/probe/cmd/gateway`)")
+	return fmt.Errorf("usage: gateway serve|ca|apply|get|list|leases|audit|op|ssh-cert (see `go doc ./deploy/probe/cmd/gateway`)")
 }

@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"net/url"
+	"os"
 	"path/filepath"
 	"strings"
 	"time"
@@ -19,8 +20,8 @@ import (
 )
 
 func ca(args []string, stdout io.Writer) error {
-	if len(args) == 0 || (args[0] != "init" && args[0] != "issue") {
-		return errors.New("usage: gateway ca init --dir DIR | gateway ca issue --dir DIR --name N --role probe|admin|gateway [--host H,...]")
+	if len(args) == 0 || (args[0] != "init" && args[0] != "issue" && args[0] != "ssh-init") {
+		return errors.New("usage: gateway ca init --dir DIR | gateway ca issue --dir DIR --name N --role probe|admin|gateway [--host H,...] | gateway ca ssh-init --dir DIR")
 	}
 	fs := flag.NewFlagSet("gateway ca "+args[0], flag.ContinueOnError)
 	dir := fs.String("dir", "", "PKI directory")
@@ -32,6 +33,14 @@ func ca(args []string, stdout io.Writer) error {
 	}
 	if *dir == "" {
 		return errors.New("ca: --dir is required")
+	}
+	if args[0] == "ssh-init" {
+		pub, err := initSSHCA(*dir)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintln(stdout, pub)
+		return nil
 	}
 	if args[0] == "init" {
 		c, err := pki.NewCA("allox-gateway-ca")
@@ -83,6 +92,12 @@ func operate(ctx context.Context, cmd string, args []string, stdout io.Writer) e
 	checkpoint := fs.String("checkpoint", "", "op rollback: the checkpoint to restore")
 	approval := fs.String("approval", "", "op: the approval reference (required for rollback)")
 	wait := fs.Duration("wait", 0, "op: wait this long for the Probe's result")
+	keyFile := fs.String("key", "", "ssh-cert: the user's public key file (authorized_keys form, e.g. ~/.ssh/id_ed25519.pub)")
+	who := fs.String("who", "", "ssh-cert: the person the credential is for (its key id, in the Probe's activity)")
+	ttl := fs.Duration("ttl", 15*time.Minute, "ssh-cert: validity")
+	pty := fs.Bool("pty", true, "ssh-cert: permit a terminal")
+	forward := fs.Bool("forward", true, "ssh-cert: permit direct-tcpip and direct-streamlocal forwards (an IDE needs them)")
+	outFile := fs.String("o", "", "ssh-cert: write the certificate to this file (ssh's -cert.pub beside the key) instead of stdout")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -126,6 +141,26 @@ func operate(ctx context.Context, cmd string, args []string, stdout io.Writer) e
 		var l []json.RawMessage
 		q := url.Values{"after": {*after}, "limit": {fmt.Sprint(*limit)}}
 		err, out = a.Do(ctx, http.MethodGet, wire.PathAudit+"?"+q.Encode(), nil, &l), &l
+	case "ssh-cert":
+		if len(rest) != 2 || *keyFile == "" {
+			return errors.New("usage: gateway ssh-cert --key FILE.pub --who NAME --approval REF [--ttl 15m] [--pty=false] [--forward=false] [-o FILE-cert.pub] DEVBOX SESSION")
+		}
+		pub, err := os.ReadFile(*keyFile)
+		if err != nil {
+			return fmt.Errorf("ssh-cert: --key: %w", err)
+		}
+		var c wire.SSHCert
+		req := wire.SSHCertRequest{DevBox: rest[0], Session: rest[1], PublicKey: string(pub), Who: *who, Approval: *approval, Reason: *reason,
+			TTLSeconds: int(ttl.Seconds()), PTY: *pty, PortForwarding: *forward}
+		if err := a.Do(ctx, http.MethodPost, wire.PathSSHCert, req, &c); err != nil {
+			return err
+		}
+		if *outFile != "" {
+			if err := os.WriteFile(*outFile, []byte(c.Certificate+"\n"), 0o644); err != nil {
+				return err
+			}
+		}
+		out = &c
 	case "op":
 		if len(rest) != 2 {
 			return errors.New("usage: gateway op checkpoint|rollback|vm_snapshot DEVBOX [--session S] [--checkpoint C] [--approval REF]")

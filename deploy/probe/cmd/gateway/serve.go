@@ -42,6 +42,9 @@ func serve(ctx context.Context, args []string, log *slog.Logger) error {
 	if err != nil {
 		return fmt.Errorf("serve: %w", err)
 	}
+	if cfg.SSHCA, err = loadSSHCA(*pkiDir); err != nil {
+		return fmt.Errorf("serve: %w", err)
+	}
 	eps := strings.Split(*endpoints, ",")
 	if *data != "" {
 		e, err := gateway.StartEmbedded(*data, *etcdListen)

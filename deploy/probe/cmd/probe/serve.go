@@ -32,6 +32,9 @@ func serve(ctx context.Context, args []string, log *slog.Logger) error {
 	cgroupParent := fs.String("cgroup-parent", "allox-probe", "process runtime: cgroup parent prefix of the daemons")
 	applianceOut := fs.String("appliance", "", "qemu runtime: the mkimage output directory of the appliance (enables runtime \"qemu\")")
 	supervise := fs.Duration("supervise-every", time.Second, "session supervision cadence")
+	sshListen := fs.String("ssh-listen", "", "ssh_remote: the SSH endpoint's address, e.g. 0.0.0.0:2222 (empty: no ssh_remote channel)")
+	sshCA := fs.String("ssh-user-ca", "", "ssh_remote: the Gateway's SSH certificate authority, its public key in authorized_keys form (gateway ssh-ca init writes ssh-ca.pub)")
+	sshHostKey := fs.String("ssh-host-key", "", "ssh_remote: the endpoint's host key, an OpenSSH private key file, made if missing (default STATE/ssh-host-key)")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -79,7 +82,29 @@ func serve(ctx context.Context, args []string, log *slog.Logger) error {
 		runtimes[spec.RuntimeQEMU] = &probe.QEMURuntime{Out: *applianceOut, State: *state, Sockets: *sockets,
 			Logf: func(format string, args ...any) { log.Debug("console", "line", fmt.Sprintf(format, args...)) }}
 	}
-	p := probe.New(probe.Config{Host: *host, Slots: *slots, StateDir: *state, Supervise: *supervise}, client, probe.NewHostRuntime(runtimes))
+	var p *probe.Probe
+	var channels []probe.ChannelSupervisor
+	var serveSSH func()
+	if *sshListen != "" {
+		ch, ln, err := sshChannel(*sshListen, *sshCA, cmpOr(*sshHostKey, filepath.Join(*state, "ssh-host-key")), log,
+			func(ev wire.Event) { p.Emit(ev) })
+		if err != nil {
+			return err
+		}
+		defer ln.Close()
+		defer ch.Server().Close()
+		channels = append(channels, ch)
+		serveSSH = func() {
+			if err := ch.Server().Serve(ln); err != nil {
+				log.Error("ssh_remote stopped", "error", err.Error())
+			}
+		}
+		log.Info("ssh listening", "addr", ln.Addr().String())
+	}
+	p = probe.New(probe.Config{Host: *host, Slots: *slots, StateDir: *state, Supervise: *supervise, Channels: channels}, client, probe.NewHostRuntime(runtimes))
+	if serveSSH != nil {
+		go serveSSH() // once p is there: the channel's activity goes to its events
+	}
 	log.Info("serving", "host", *host, "gateway", *gw, "runtimes", fmt.Sprint(keys(runtimes)))
 	err = p.Run(ctx)
 	if errors.Is(err, context.Canceled) {

@@ -96,11 +96,11 @@ func (g *Gateway) event(ctx context.Context, hostName string, ev wire.Event) err
 		return err
 	case wire.EventPhase:
 		return g.observe(ctx, hostName, ev, epochCmp)
-	case wire.EventFault, wire.EventEscalation, wire.EventFence:
+	case wire.EventFault, wire.EventEscalation, wire.EventFence, wire.EventActivity:
 		_, err := g.commit(ctx, []clientv3.Cmp{epochCmp}, auditOp(rec))
 		return err
 	}
-	return fmt.Errorf("%w: event kind %q: use one of intent.done, intent.failed, phase, fault, escalation, fence", ErrInvalid, ev.Kind)
+	return fmt.Errorf("%w: event kind %q: use one of intent.done, intent.failed, phase, fault, escalation, fence, activity", ErrInvalid, ev.Kind)
 }
 
 // observe records a DevBox's or session's phase, only from the host it is placed on now.

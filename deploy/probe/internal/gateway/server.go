@@ -42,6 +42,14 @@ func (g *Gateway) Handler() http.Handler {
 		res, err := g.Result(r.Context(), r.PathValue("id"))
 		return reply(w, res, err)
 	})
+	admin("POST "+wire.PathSSHCert, func(w http.ResponseWriter, r *http.Request, name, trace string) error {
+		var req wire.SSHCertRequest
+		if err := decode(r, &req); err != nil {
+			return err
+		}
+		c, err := g.SSHCert(r.Context(), "admin:"+name, req, trace)
+		return reply(w, c, err)
+	})
 	admin("GET "+wire.PathLeases, func(w http.ResponseWriter, r *http.Request, _, _ string) error {
 		l, err := g.Leases(r.Context())
 		return reply(w, l, err)

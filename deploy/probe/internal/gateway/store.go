@@ -10,6 +10,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"golang.org/x/crypto/ssh"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -48,6 +49,8 @@ type Config struct {
 	StopAfter      time.Duration
 	LostAfter      time.Duration // whole seconds: it is the etcd lease's TTL
 	ReconcileEvery time.Duration
+	// SSHCA signs the ssh_remote credentials (SSHCert); nil: the Gateway issues none.
+	SSHCA ssh.Signer
 }
 
 // Validate checks that the Probe fences itself before the Gateway may reassign.

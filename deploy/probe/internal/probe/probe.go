@@ -80,6 +80,10 @@ func New(cfg Config, gw Gateway, rt *HostRuntime) *Probe {
 
 // Run runs the Probe's loops until ctx ends: the lease, intents, session supervision and
 // self-heal, events and status.
+// Emit queues an event for the Gateway: what a channel reports (its connections' activity), under
+// the epoch held when it is sent.
+func (p *Probe) Emit(ev wire.Event) { p.events.Emit(ev) }
+
 func (p *Probe) Run(ctx context.Context) error {
 	var wg sync.WaitGroup
 	defer wg.Wait()

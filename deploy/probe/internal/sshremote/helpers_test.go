@@ -15,6 +15,7 @@ import (
 
 	"golang.org/x/crypto/ssh"
 
+	"github.com/allox-os/allox/deploy/probe/internal/sshcert"
 	"github.com/allox-os/allox/internal/btrfstest"
 	"github.com/allox-os/allox/internal/daemontest"
 	"github.com/allox-os/allox/internal/rpc"
@@ -107,15 +108,15 @@ func newSigner(t testing.TB) ssh.Signer {
 }
 
 // grant is what the tests' Gateway approves unless a test says otherwise.
-func grant() Grant {
-	return Grant{Who: "alice (approval 17)", Agent: "a", Session: "s", TTL: 10 * time.Minute, PTY: true, PortForwarding: true}
+func grant() sshcert.Grant {
+	return sshcert.Grant{Who: "alice (approval 17)", Agent: "a", Session: "s", TTL: 10 * time.Minute, PTY: true, PortForwarding: true}
 }
 
 // certSigner is a client key with a certificate the fixture's CA signed for g.
-func (f *fixture) certSigner(t testing.TB, g Grant) ssh.Signer {
+func (f *fixture) certSigner(t testing.TB, g sshcert.Grant) ssh.Signer {
 	t.Helper()
 	key := newSigner(t)
-	cert, err := Issue(f.ca, key.PublicKey(), g, time.Now(), 12*time.Hour)
+	cert, err := sshcert.Issue(f.ca, key.PublicKey(), g, time.Now(), 12*time.Hour)
 	must(t, err)
 	s, err := ssh.NewCertSigner(cert, key)
 	must(t, err)

@@ -17,6 +17,7 @@ import (
 	"golang.org/x/crypto/ssh"
 	"golang.org/x/sys/unix"
 
+	"github.com/allox-os/allox/deploy/probe/internal/sshcert"
 	"github.com/allox-os/allox/internal/rpc"
 )
 
@@ -88,7 +89,7 @@ func New(cfg Config) (*Server, error) {
 		return nil, errors.New("sshremote: Config.Appliance is required")
 	}
 	if cfg.MaxLifetime <= 0 {
-		cfg.MaxLifetime = 12 * time.Hour
+		cfg.MaxLifetime = sshcert.MaxLifetime
 	}
 	if cfg.Shell == "" {
 		cfg.Shell = "/bin/bash"
@@ -107,9 +108,6 @@ func New(cfg Config) (*Server, error) {
 	s.ssh.AddHostKey(cfg.HostKey)
 	return s, nil
 }
-
-// Principal is the login name, and the certificate's only principal, for one session.
-func Principal(agent, session string) string { return agent + "+" + session }
 
 // authenticate admits a user certificate of the Gateway's, within its validity (never longer
 // than MaxLifetime), for the session the login names, and nothing else.

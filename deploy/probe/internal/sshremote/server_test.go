@@ -19,6 +19,7 @@ import (
 	"github.com/pkg/sftp"
 	"golang.org/x/crypto/ssh"
 
+	"github.com/allox-os/allox/deploy/probe/internal/sshcert"
 	"github.com/allox-os/allox/internal/rpc"
 	"github.com/allox-os/allox/internal/testenv"
 )
@@ -196,7 +197,7 @@ func TestOpenSSHClient(t *testing.T) {
 	must(t, err)
 	pub, _, _, _, err := ssh.ParseAuthorizedKey(pubBytes)
 	must(t, err)
-	cert, err := Issue(f.ca, pub, grant(), time.Now(), 12*time.Hour)
+	cert, err := sshcert.Issue(f.ca, pub, grant(), time.Now(), 12*time.Hour)
 	must(t, err)
 	must(t, os.WriteFile(key+"-cert.pub", ssh.MarshalAuthorizedKey(cert), 0o644))
 	host, port, _ := net.SplitHostPort(f.addr)
@@ -226,7 +227,7 @@ func TestRefusedCredentials(t *testing.T) {
 	other := newSigner(t) // a CA that is not the Gateway's
 	forged := func() ssh.Signer {
 		key := newSigner(t)
-		cert, err := Issue(other, key.PublicKey(), grant(), time.Now(), 12*time.Hour)
+		cert, err := sshcert.Issue(other, key.PublicKey(), grant(), time.Now(), 12*time.Hour)
 		must(t, err)
 		s, _ := ssh.NewCertSigner(cert, key)
 		return s

@@ -28,6 +28,7 @@ const (
 	PathOps      = "/v1/ops"
 	PathLeases   = "/v1/leases"
 	PathAudit    = "/v1/audit"
+	PathSSHCert  = "/v1/ssh-cert"
 )
 
 // HeaderTrace carries the trace id of a request and its reply.
@@ -117,6 +118,7 @@ const (
 	EventFault        = "fault"      // a local fault and what self-heal did about it
 	EventEscalation   = "escalation" // local recovery gave up: the Gateway decides
 	EventFence        = "fence"      // the Probe fenced its sessions
+	EventActivity     = "activity"   // a channel's connection or channel ended: who, what, when (metadata)
 )
 
 // Observed phases.
@@ -167,6 +169,30 @@ type Op struct {
 	Checkpoint string `json:"checkpoint,omitempty"`
 	Approval   string `json:"approval,omitempty"`
 	Reason     string `json:"reason,omitempty"`
+}
+
+// SSHCertRequest asks the Gateway for a short-lived SSH credential to one session of a DevBox
+// (ssh_remote): after its approval decision it signs PublicKey (authorized_keys form) for the
+// session's principal.
+type SSHCertRequest struct {
+	DevBox    string `json:"devbox"`
+	Session   string `json:"session"`
+	PublicKey string `json:"public_key"`
+	// Who names the person (the certificate's key id, in every activity the Probe reports).
+	Who      string `json:"who"`
+	Approval string `json:"approval"`
+	Reason   string `json:"reason,omitempty"`
+	// TTLSeconds is the certificate's validity (0: 15 minutes).
+	TTLSeconds     int  `json:"ttl_seconds,omitempty"`
+	PTY            bool `json:"pty,omitempty"`
+	PortForwarding bool `json:"port_forwarding,omitempty"`
+}
+
+// SSHCert is the signed certificate, in authorized_keys form, and the login it is for.
+type SSHCert struct {
+	Certificate string    `json:"certificate"`
+	Login       string    `json:"login"`
+	ValidBefore time.Time `json:"valid_before"`
 }
 
 // OpResult is the outcome of an Op, once its Probe reported it.

@@ -1,4 +1,7 @@
-package sshremote
+// Package sshcert is the SSH credential of ssh_remote: an OpenSSH user certificate that the
+// Gateway signs after its approval decision, for one session (the principal AGENT+SESSION, also
+// the login name), short-lived, with the terminal and the forwards it permits.
+package sshcert
 
 import (
 	"crypto/rand"
@@ -22,6 +25,12 @@ type Grant struct {
 // clockSkew is how far before now a certificate is already valid, for a client whose clock is
 // a little behind the Gateway's.
 const clockSkew = time.Minute
+
+// Principal is the login name, and the certificate's only principal, for one session.
+func Principal(agent, session string) string { return agent + "+" + session }
+
+// MaxLifetime is the longest validity the Probe's endpoint accepts by default.
+const MaxLifetime = 12 * time.Hour
 
 // Issue signs an OpenSSH user certificate for key under ca: valid from now (less clockSkew) for
 // g.TTL, for the one principal Principal(g.Agent, g.Session). It refuses a TTL beyond maxLifetime

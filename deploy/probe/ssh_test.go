@@ -1,0 +1,115 @@
+package probe
+
+import (
+	"crypto/ed25519"
+	"crypto/rand"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/crypto/ssh"
+
+	"github.com/allox-os/allox/internal/btrfstest"
+)
+
+var sshRE = regexp.MustCompile(`msg="ssh listening" .*addr=(\S+)`)
+
+// ssh_remote end to end: the Gateway's SSH CA, a credential it issues only with an approval
+// reference, the Probe's endpoint admitting it into the session's sandbox of the DevBox it
+// placed, the exit status back, and the Gateway's audit holding the issuance and the Probe's
+// activity report — metadata, not the command or its output.
+func TestSSHRemoteThroughProbe(t *testing.T) {
+	needBtrfs(t)
+	store := btrfstest.Mount(t)
+	f := newFleet(t)
+	if out, err := execCmd(bins(t)["gateway"], "ca", "ssh-init", "--dir", f.pki); err != nil {
+		t.Fatalf("gateway ca ssh-init: %v %s", err, out)
+	}
+	gwURL, _, _ := f.gateway("a", "")
+	h := f.probe("host-a", gwURL, store, 1, "--ssh-listen", "127.0.0.1:0", "--ssh-user-ca", filepath.Join(f.pki, "ssh-ca.pub"))
+	sshAddr := h.p.find(t, sshRE)
+	a := f.admin(gwURL)
+	runGatewayCLI(t, f, gwURL, "apply", writeSpec(t, alphaSpec))
+	eventually(t, "alpha running", running(t, a, "alpha", "host-a"))
+
+	dir := t.TempDir()
+	key := newSSHKey(t)
+	pub := filepath.Join(dir, "id.pub")
+	if err := os.WriteFile(pub, ssh.MarshalAuthorizedKey(key.PublicKey()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out := runGatewayCLIErr(t, f, gwURL, "ssh-cert", "--key", pub, "--who", "alice", "alpha", "s1"); !strings.Contains(out, "opens the session's sandbox to a person") {
+		t.Fatalf("ssh-cert without approval: %s, want a refusal naming the approval", out)
+	}
+	if out := runGatewayCLIErr(t, f, gwURL, "ssh-cert", "--key", pub, "--who", "alice", "--approval", "CHG-7", "alpha", "nope"); !strings.Contains(out, "not a session of devbox") {
+		t.Fatalf("ssh-cert for an unknown session: %s", out)
+	}
+	certFile := filepath.Join(dir, "id-cert.pub")
+	runGatewayCLI(t, f, gwURL, "ssh-cert", "--key", pub, "--who", "alice", "--approval", "CHG-7", "--ttl", "10m", "-o", certFile, "alpha", "s1")
+	b, err := os.ReadFile(certFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pk, _, _, _, err := ssh.ParseAuthorizedKey(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert := pk.(*ssh.Certificate)
+	if got := time.Duration(cert.ValidBefore-cert.ValidAfter) * time.Second; got > 12*time.Minute {
+		t.Errorf("the credential is valid for %s, want about 10 min", got)
+	}
+	signer, err := ssh.NewCertSigner(cert, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := ssh.Dial("tcp", sshAddr, &ssh.ClientConfig{User: "main+s1", Auth: []ssh.AuthMethod{ssh.PublicKeys(signer)},
+		HostKeyCallback: ssh.InsecureIgnoreHostKey(), Timeout: 30 * time.Second})
+	if err != nil {
+		t.Fatalf("ssh to the Probe: %v", err)
+	}
+	s, err := c.NewSession()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out, err := s.CombinedOutput("echo secret-output-$((6*7)); id -u; exit 5")
+	var ee *ssh.ExitError
+	if !errors.As(err, &ee) || ee.ExitStatus() != 5 || !strings.Contains(string(out), "secret-output-42") || !strings.Contains(string(out), "2000") {
+		t.Fatalf("exec through the Probe: %q %v, want the sandbox's output as uid 2000 and exit 5", out, err)
+	}
+	c.Close()
+	var audit string
+	eventually(t, "the activity in the Gateway's audit", func() bool {
+		audit = runGatewayCLI(t, f, gwURL, "audit", "--limit", "500")
+		return strings.Contains(audit, `ssh_remote exec by \"alice\"`)
+	})
+	if !strings.Contains(audit, "ssh_cert") || !strings.Contains(audit, "CHG-7") {
+		t.Errorf("the audit has no ssh_cert with its approval:\n%s", audit)
+	}
+	for _, content := range []string{"secret-output", "exit 5;"} {
+		if strings.Contains(audit, content) {
+			t.Errorf("the audit holds content %q:\n%s", content, audit)
+		}
+	}
+}
+
+func newSSHKey(t *testing.T) ssh.Signer {
+	_, priv, err := ed25519.GenerateKey(rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := ssh.NewSignerFromKey(priv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return s
+}
+
+func execCmd(bin string, args ...string) (string, error) {
+	out, err := exec.Command(bin, args...).CombinedOutput()
+	return string(out), err
+}
