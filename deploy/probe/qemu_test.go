@@ -2,10 +2,13 @@ package probe
 
 import (
 	"encoding/json"
+	"io"
 	"os"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/pkg/sftp"
 
 	"github.com/allox-os/allox/deploy/probe/internal/wire"
 	"github.com/allox-os/allox/internal/artifact"
@@ -28,14 +31,19 @@ func TestApplianceEndToEnd(t *testing.T) {
 	out := testenv.NeedOut(t, artifact.Boot, artifact.Kernel, artifact.Rootfs)
 	testenv.Tool(t, "qemu-system-x86_64", "apt-get install qemu-system-x86")
 	f := newFleet(t)
+	if out, err := execCmd(bins(t)["gateway"], "ca", "ssh-init", "--dir", f.pki); err != nil {
+		t.Fatalf("gateway ca ssh-init: %v %s", err, out)
+	}
 	// Slower leases than the other tests': a TCG guest on a shared machine starves the host.
 	gwURL, _, _ := f.gateway("a", "", "--renew-every", "1s", "--stop-after", "8s", "--lost-after", "12s")
 	if err := f.ca.IssueFiles(f.pki, "vmhost", "vmhost", wire.RoleProbe); err != nil {
 		t.Fatal(err)
 	}
 	state := shortDir(t)
-	start(t, "vmhost", bins(t)["probe"], "serve", "--gateway", gwURL, "--host", "vmhost", "--pki", f.pki, "--state", state,
-		"--slots", "1", "--appliance", out, "--supervise-every", "200ms")
+	probeProc := start(t, "vmhost", bins(t)["probe"], "serve", "--gateway", gwURL, "--host", "vmhost", "--pki", f.pki, "--state", state,
+		"--slots", "1", "--appliance", out, "--supervise-every", "200ms",
+		"--ssh-listen", "127.0.0.1:0", "--ssh-user-ca", f.pki+"/ssh-ca.pub")
+	sshAddr := probeProc.find(t, sshRE)
 	a := f.admin(gwURL)
 	runGatewayCLI(t, f, gwURL, "apply", writeSpec(t, applianceSpec))
 	deadline := time.Now().Add(vm.Scaled(3 * time.Minute))
@@ -52,6 +60,40 @@ func TestApplianceEndToEnd(t *testing.T) {
 	}
 	if c := leases[0].Capabilities; c.Accel != vm.Accel() || !strings.Contains(strings.Join(c.Runtimes, ","), "qemu") {
 		t.Errorf("capabilities %+v: want accel %s and the qemu runtime", c, vm.Accel())
+	}
+
+	// ssh_remote into the session's sandbox in the guest: exec, then sftp through allox sftp-server
+	c := sshLogin(t, f, gwURL, sshAddr, "vmbox", "s1", "main+s1")
+	s, err := c.NewSession()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, err := s.CombinedOutput("echo guest-$((6*7)) $(uname -n); id -u; exit 3"); exitOf(err) != 3 || !strings.Contains(string(got), "guest-42 allox") ||
+		!strings.Contains(string(got), "2000") {
+		t.Errorf("ssh exec in the guest's sandbox: %q %v, want the guest's hostname, uid 2000, exit 3", got, err)
+	}
+	sc, err := sftp.NewClient(c)
+	if err != nil {
+		t.Fatalf("sftp in the guest: %v", err)
+	}
+	w, err := sc.Create("over-ssh.txt")
+	if err == nil {
+		_, err = w.Write([]byte("put through the Probe\n"))
+		w.Close()
+	}
+	if err != nil {
+		t.Fatalf("sftp put: %v", err)
+	}
+	r, err := sc.Open("over-ssh.txt")
+	if err != nil {
+		t.Fatalf("sftp get: %v", err)
+	}
+	got, _ := io.ReadAll(r)
+	r.Close()
+	sc.Close()
+	c.Close()
+	if string(got) != "put through the Probe\n" {
+		t.Errorf("sftp round trip in the guest: %q", got)
 	}
 
 	cp := runGatewayCLI(t, f, gwURL, "op", "--session", "s1", "--checkpoint", "before", "--wait", "60s", "checkpoint", "vmbox")

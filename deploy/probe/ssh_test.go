@@ -37,48 +37,13 @@ func TestSSHRemoteThroughProbe(t *testing.T) {
 	runGatewayCLI(t, f, gwURL, "apply", writeSpec(t, alphaSpec))
 	eventually(t, "alpha running", running(t, a, "alpha", "host-a"))
 
-	dir := t.TempDir()
-	key := newSSHKey(t)
-	pub := filepath.Join(dir, "id.pub")
-	if err := os.WriteFile(pub, ssh.MarshalAuthorizedKey(key.PublicKey()), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if out := runGatewayCLIErr(t, f, gwURL, "ssh-cert", "--key", pub, "--who", "alice", "alpha", "s1"); !strings.Contains(out, "opens the session's sandbox to a person") {
-		t.Fatalf("ssh-cert without approval: %s, want a refusal naming the approval", out)
-	}
-	if out := runGatewayCLIErr(t, f, gwURL, "ssh-cert", "--key", pub, "--who", "alice", "--approval", "CHG-7", "alpha", "nope"); !strings.Contains(out, "not a session of devbox") {
-		t.Fatalf("ssh-cert for an unknown session: %s", out)
-	}
-	certFile := filepath.Join(dir, "id-cert.pub")
-	runGatewayCLI(t, f, gwURL, "ssh-cert", "--key", pub, "--who", "alice", "--approval", "CHG-7", "--ttl", "10m", "-o", certFile, "alpha", "s1")
-	b, err := os.ReadFile(certFile)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pk, _, _, _, err := ssh.ParseAuthorizedKey(b)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cert := pk.(*ssh.Certificate)
-	if got := time.Duration(cert.ValidBefore-cert.ValidAfter) * time.Second; got > 12*time.Minute {
-		t.Errorf("the credential is valid for %s, want about 10 min", got)
-	}
-	signer, err := ssh.NewCertSigner(cert, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	c, err := ssh.Dial("tcp", sshAddr, &ssh.ClientConfig{User: "main+s1", Auth: []ssh.AuthMethod{ssh.PublicKeys(signer)},
-		HostKeyCallback: ssh.InsecureIgnoreHostKey(), Timeout: 30 * time.Second})
-	if err != nil {
-		t.Fatalf("ssh to the Probe: %v", err)
-	}
+	c := sshLogin(t, f, gwURL, sshAddr, "alpha", "s1", "main+s1")
 	s, err := c.NewSession()
 	if err != nil {
 		t.Fatal(err)
 	}
 	out, err := s.CombinedOutput("echo secret-output-$((6*7)); id -u; exit 5")
-	var ee *ssh.ExitError
-	if !errors.As(err, &ee) || ee.ExitStatus() != 5 || !strings.Contains(string(out), "secret-output-42") || !strings.Contains(string(out), "2000") {
+	if exitOf(err) != 5 || !strings.Contains(string(out), "secret-output-42") || !strings.Contains(string(out), "2000") {
 		t.Fatalf("exec through the Probe: %q %v, want the sandbox's output as uid 2000 and exit 5", out, err)
 	}
 	c.Close()
@@ -112,4 +77,59 @@ func newSSHKey(t *testing.T) ssh.Signer {
 func execCmd(bin string, args ...string) (string, error) {
 	out, err := exec.Command(bin, args...).CombinedOutput()
 	return string(out), err
+}
+
+// sshLogin gets a credential from the Gateway for devbox's session (after checking that it is
+// refused without an approval and for a session the DevBox does not have) and logs in as login
+// on the Probe's endpoint at addr.
+func sshLogin(t *testing.T, f *fleet, gwURL, addr, devbox, session, login string) *ssh.Client {
+	t.Helper()
+	dir := t.TempDir()
+	key := newSSHKey(t)
+	pub := filepath.Join(dir, "id.pub")
+	if err := os.WriteFile(pub, ssh.MarshalAuthorizedKey(key.PublicKey()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if out := runGatewayCLIErr(t, f, gwURL, "ssh-cert", "--key", pub, "--who", "alice", devbox, session); !strings.Contains(out, "opens the session's sandbox to a person") {
+		t.Fatalf("ssh-cert without approval: %s, want a refusal naming the approval", out)
+	}
+	if out := runGatewayCLIErr(t, f, gwURL, "ssh-cert", "--key", pub, "--who", "alice", "--approval", "CHG-7", devbox, "nope"); !strings.Contains(out, "not a session of devbox") {
+		t.Fatalf("ssh-cert for an unknown session: %s", out)
+	}
+	certFile := filepath.Join(dir, "id-cert.pub")
+	runGatewayCLI(t, f, gwURL, "ssh-cert", "--key", pub, "--who", "alice", "--approval", "CHG-7", "--ttl", "10m", "-o", certFile, devbox, session)
+	b, err := os.ReadFile(certFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pk, _, _, _, err := ssh.ParseAuthorizedKey(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cert := pk.(*ssh.Certificate)
+	if got := time.Duration(cert.ValidBefore-cert.ValidAfter) * time.Second; got > 12*time.Minute {
+		t.Errorf("the credential is valid for %s, want about 10 min", got)
+	}
+	signer, err := ssh.NewCertSigner(cert, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := ssh.Dial("tcp", addr, &ssh.ClientConfig{User: login, Auth: []ssh.AuthMethod{ssh.PublicKeys(signer)},
+		HostKeyCallback: ssh.InsecureIgnoreHostKey(), Timeout: 60 * time.Second})
+	if err != nil {
+		t.Fatalf("ssh to the Probe: %v", err)
+	}
+	return c
+}
+
+// exitOf is an SSH command's exit status (-1 when it did not exit with one).
+func exitOf(err error) int {
+	var ee *ssh.ExitError
+	switch {
+	case err == nil:
+		return 0
+	case errors.As(err, &ee):
+		return ee.ExitStatus()
+	}
+	return -1
 }

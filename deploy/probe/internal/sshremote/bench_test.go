@@ -99,8 +99,8 @@ func pct(ds []time.Duration, p int) time.Duration {
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
 // benchUser is the login of the bench's sshd: a system user (made once, if missing) whose shell
-// is bash, as the Probe's, and whose home does not exist, as a session's current/ holds no
-// shell startup files; root's would run its ~/.bashrc on every exec (bash does for sshd).
+// is /bin/sh, as the Probe's, and whose home does not exist, as a session's current/ holds no
+// shell startup files; root's shell would run its ~/.bashrc on every exec (bash does for sshd).
 const benchUser = "allox-sshbench"
 
 // startSSHD runs OpenSSH's sshd on a free loopback port with a host key and an authorized key of
@@ -108,7 +108,7 @@ const benchUser = "allox-sshbench"
 func startSSHD(b *testing.B, sshd string) *ssh.Client {
 	if exec.Command("id", benchUser).Run() != nil {
 		// "*": no password, and not locked ("!"), which sshd without PAM refuses keys for too
-		if out, err := exec.Command("useradd", "--system", "--no-create-home", "--home-dir", "/nonexistent", "--shell", "/bin/bash", "--password", "*", benchUser).CombinedOutput(); err != nil {
+		if out, err := exec.Command("useradd", "--system", "--no-create-home", "--home-dir", "/nonexistent", "--shell", "/bin/sh", "--password", "*", benchUser).CombinedOutput(); err != nil {
 			b.Fatalf("useradd %s: %v %s", benchUser, err, out)
 		}
 	}

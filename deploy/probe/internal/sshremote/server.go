@@ -58,7 +58,8 @@ type Config struct {
 	// valid for longer, or forever, is refused however it was signed.
 	MaxLifetime time.Duration
 	// Shell runs a shell channel (login shell) and an exec channel's command (Shell -c COMMAND),
-	// as sshd does with the user's shell. Default /bin/bash.
+	// as sshd does with the user's shell. Default /bin/sh, which every image has (the appliance's
+	// is busybox's; bash is not in its userland).
 	Shell string
 	// Client is the allox client inside runs (sftp-server, relay). Default /run/allox/bin/allox.
 	Client string
@@ -92,7 +93,7 @@ func New(cfg Config) (*Server, error) {
 		cfg.MaxLifetime = sshcert.MaxLifetime
 	}
 	if cfg.Shell == "" {
-		cfg.Shell = "/bin/bash"
+		cfg.Shell = "/bin/sh"
 	}
 	if cfg.Client == "" {
 		cfg.Client = "/run/allox/bin/allox"
