@@ -3,6 +3,7 @@ package probe
 import (
 	"context"
 	"fmt"
+	"github.com/allox-os/allox/internal/testenv"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -24,12 +25,6 @@ import (
 	"github.com/allox-os/allox/internal/btrfstest"
 	"github.com/allox-os/allox/internal/rpc"
 )
-
-func pct(d []time.Duration, q int) time.Duration {
-	s := slices.Clone(d)
-	slices.Sort(s)
-	return s[min(len(s)-1, len(s)*q/100)]
-}
 
 func msOf(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }
 
@@ -108,10 +103,10 @@ func BenchmarkIntents(b *testing.B) {
 	close(next)
 	wg.Wait()
 	rate := float64(total) / time.Since(start).Seconds()
-	b.ReportMetric(msOf(pct(viaGateway, 50)), "intent-p50-ms")
-	b.ReportMetric(msOf(pct(viaGateway, 99)), "intent-p99-ms")
-	b.ReportMetric(msOf(pct(straight, 50)), "direct-p50-ms")
-	b.ReportMetric(float64(pct(viaGateway, 50))/float64(pct(straight, 50)), "ratio-p50")
+	b.ReportMetric(msOf(testenv.Percentile(viaGateway, 50)), "intent-p50-ms")
+	b.ReportMetric(msOf(testenv.Percentile(viaGateway, 99)), "intent-p99-ms")
+	b.ReportMetric(msOf(testenv.Percentile(straight, 50)), "direct-p50-ms")
+	b.ReportMetric(float64(testenv.Percentile(viaGateway, 50))/float64(testenv.Percentile(straight, 50)), "ratio-p50")
 	b.ReportMetric(rate, "intents/s")
 	b.Logf("%d sequential samples each way, then %d ops %d in flight", n, total, inFlight)
 }
@@ -144,7 +139,7 @@ func BenchmarkLossToFence(b *testing.B) {
 			return err == nil && s.Fenced == nil && running(b, a, "alpha", "host-a")()
 		})
 	}
-	b.ReportMetric(msOf(pct(took, 50)), "fence-p50-ms")
+	b.ReportMetric(msOf(testenv.Percentile(took, 50)), "fence-p50-ms")
 	b.ReportMetric(msOf(slices.Max(took)), "fence-max-ms")
 	b.ReportMetric(msOf(stopAfter), "stop_after-ms")
 	b.ReportMetric(float64(slices.Max(took))/float64(stopAfter), "max/stop_after")

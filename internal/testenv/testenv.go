@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"sort"
 	"strings"
 	"testing"
 	"time"
@@ -110,4 +111,12 @@ func ReadUntil(tb testing.TB, r io.Reader, want string) string {
 		tb.Fatalf("no %q on the stream within 30 s", want)
 		return ""
 	}
+}
+
+// Percentile is the p-th percentile of ds by the nearest rank at or below it (p 50: the median's
+// lower middle for an even count), for the benchmarks' figures.
+func Percentile(ds []time.Duration, p int) time.Duration {
+	s := append([]time.Duration(nil), ds...)
+	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
+	return s[(len(s)-1)*p/100]
 }

@@ -2,11 +2,11 @@ package monitor
 
 import (
 	"bytes"
+	"github.com/allox-os/allox/internal/testenv"
 	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"slices"
 	"strconv"
 	"testing"
 	"time"
@@ -87,16 +87,10 @@ func BenchmarkOTLPIngest(b *testing.B) {
 		total += d
 	}
 	b.ReportMetric(float64(spans*len(ours))/total.Seconds(), "spans/s")
-	b.ReportMetric(ms(pct(ours, 50)), "batch-p50-ms")
-	b.ReportMetric(ms(pct(ours, 99)), "batch-p99-ms")
-	b.ReportMetric(ms(pct(transport, 50)), "transport-p50-ms")
-	b.ReportMetric(float64(pct(ours, 50))/float64(pct(transport, 50)), "ratio")
-}
-
-func pct(d []time.Duration, q int) time.Duration {
-	s := slices.Clone(d)
-	slices.Sort(s)
-	return s[len(s)*q/100]
+	b.ReportMetric(ms(testenv.Percentile(ours, 50)), "batch-p50-ms")
+	b.ReportMetric(ms(testenv.Percentile(ours, 99)), "batch-p99-ms")
+	b.ReportMetric(ms(testenv.Percentile(transport, 50)), "transport-p50-ms")
+	b.ReportMetric(float64(testenv.Percentile(ours, 50))/float64(testenv.Percentile(transport, 50)), "ratio")
 }
 
 func ms(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 }

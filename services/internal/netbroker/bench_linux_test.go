@@ -9,7 +9,6 @@ import (
 	"net/http"
 	"os"
 	"os/exec"
-	"slices"
 	"testing"
 	"time"
 
@@ -40,8 +39,8 @@ func BenchmarkProxy(b *testing.B) {
 		dl = append(dl, timeGET(b, direct, "http://198.18.0.2:8080/hello"))
 		pl = append(pl, timeGET(b, proxied, "http://web.test:8080/hello"))
 	}
-	dp50, dp99 := percentile(dl, 50), percentile(dl, 99)
-	pp50, pp99 := percentile(pl, 50), percentile(pl, 99)
+	dp50, dp99 := testenv.Percentile(dl, 50), testenv.Percentile(dl, 99)
+	pp50, pp99 := testenv.Percentile(pl, 50), testenv.Percentile(pl, 99)
 	b.ReportMetric(us(dp50), "direct-p50-µs")
 	b.ReportMetric(us(pp50), "proxy-p50-µs")
 	b.ReportMetric(us(pp50-dp50), "added-p50-µs")
@@ -217,12 +216,6 @@ func timeConns(b *testing.B, n int, dial func() net.Conn) time.Duration {
 		c.Close()
 	}
 	return time.Since(start)
-}
-
-func percentile(ds []time.Duration, p int) time.Duration {
-	s := slices.Clone(ds)
-	slices.Sort(s)
-	return s[(len(s)-1)*p/100]
 }
 
 func us(d time.Duration) float64 { return float64(d) / float64(time.Microsecond) }

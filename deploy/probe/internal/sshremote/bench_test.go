@@ -8,7 +8,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"testing"
 	"time"
@@ -53,8 +52,8 @@ func BenchmarkSSH(b *testing.B) {
 		pu += timeUpload(b, probe, filepath.Join(f.current, fmt.Sprintf("up-%d", i)), data)
 		du += timeUpload(b, direct, filepath.Join(upDir, "up"), data)
 	}
-	p50, d50 := pct(pe, 50), pct(de, 50)
-	p99, d99 := pct(pe, 99), pct(de, 99)
+	p50, d50 := testenv.Percentile(pe, 50), testenv.Percentile(de, 50)
+	p99, d99 := testenv.Percentile(pe, 99), testenv.Percentile(de, 99)
 	mib := float64(size*uploads) / (1 << 20)
 	b.ReportMetric(ms(p50), "probe-exec-p50-ms")
 	b.ReportMetric(ms(d50), "sshd-exec-p50-ms")
@@ -88,12 +87,6 @@ func timeUpload(b *testing.B, c *ssh.Client, path string, data []byte) time.Dura
 	must(b, w.Close())
 	sc.Close()
 	return time.Since(start)
-}
-
-func pct(ds []time.Duration, p int) time.Duration {
-	s := slices.Clone(ds)
-	slices.Sort(s)
-	return s[(len(s)-1)*p/100]
 }
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
