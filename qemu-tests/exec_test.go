@@ -3,6 +3,7 @@ package qemutests
 import (
 	"context"
 	"io"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -29,6 +30,29 @@ func TestExecInGuest(t *testing.T) {
 		}
 		return p
 	}
+
+	t.Run("the network is settled at ready", func(t *testing.T) {
+		// no IPv6 address still in duplicate address detection (IFA_F_TENTATIVE, 0x40, in
+		// /proc/net/if_inet6's flags): its local route would appear under the first runs
+		out, r := g.sh(t, `cat /proc/sys/net/ipv6/conf/eth0/accept_dad; cat /proc/net/if_inet6`, nil)
+		if r.ExitCode == nil || *r.ExitCode != 0 {
+			t.Fatalf("read the guest's IPv6 state: %q", out)
+		}
+		lines := strings.Split(strings.TrimSpace(strings.Split(out, "--stderr--")[0]), "\n")
+		if lines[0] != "0" {
+			t.Errorf("eth0's accept_dad is %q, want 0", lines[0])
+		}
+		for _, l := range lines[1:] {
+			f := strings.Fields(l)
+			if len(f) < 6 {
+				continue
+			}
+			flags, err := strconv.ParseUint(f[4], 16, 32)
+			if err != nil || flags&0x40 != 0 {
+				t.Errorf("an address still tentative at ready: %q", l)
+			}
+		}
+	})
 
 	t.Run("a shell on its own terminal", func(t *testing.T) {
 		x, err := b.rpc.Exec(ctx, params([]string{"/bin/sh", "-i"}, &rpc.ExecTerminal{Rows: 24, Cols: 80, Term: "xterm"}))

@@ -26,10 +26,15 @@ type Runner func(ctx context.Context, cmd *exec.Cmd) ([]byte, error)
 // tools it needs (mkfs.btrfs).
 func Kernel(run Runner) *Sys {
 	return &Sys{
-		Root:         "/",
-		Mount:        mountFS,
-		Sethostname:  func(name string) error { return unix.Sethostname([]byte(name)) },
-		LinkUp:       netconf.LinkUp,
+		Root:        "/",
+		Mount:       mountFS,
+		Sethostname: func(name string) error { return unix.Sethostname([]byte(name)) },
+		LinkUp: func(name string) error {
+			if err := netconf.NoDAD(name); err != nil { // before up: no tentative address after ready
+				return err
+			}
+			return netconf.LinkUp(name)
+		},
 		AddrAdd:      netconf.AddrAdd,
 		DefaultRoute: netconf.DefaultRoute,
 		Mkfs:         MkfsBtrfs("/", run),

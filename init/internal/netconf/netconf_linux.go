@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"os"
 
 	"golang.org/x/sys/unix"
 )
@@ -83,4 +84,20 @@ func family(a netip.Addr) uint8 {
 		return unix.AF_INET
 	}
 	return unix.AF_INET6
+}
+
+// NoDAD turns IPv6 duplicate address detection off on the interface before it comes up
+// (net.ipv6.conf.NAME.accept_dad = 0). A guest's NIC has one peer, the VMM, so DAD finds
+// nothing; while it runs (about a second after link up) the link-local address is tentative and
+// its local route appears only when it ends, so the guest's network configuration would still be
+// changing under the first runs after ready. Without IPv6 (no such file) there is nothing to do.
+func NoDAD(name string) error {
+	err := os.WriteFile("/proc/sys/net/ipv6/conf/"+name+"/accept_dad", []byte("0\n"), 0)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return fmt.Errorf("net.ipv6.conf.%s.accept_dad: %w", name, err)
+	}
+	return nil
 }
