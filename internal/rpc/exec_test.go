@@ -6,6 +6,7 @@ import (
 	"errors"
 	"io"
 	"strings"
+	"syscall"
 	"testing"
 )
 
@@ -40,5 +41,13 @@ func TestFrameRefusals(t *testing.T) {
 	}
 	if _, _, err := ReadFrame(bytes.NewReader(nil)); !errors.Is(err, io.EOF) {
 		t.Errorf("ReadFrame at the end: %v, want EOF", err)
+	}
+}
+
+func TestSignalNumber(t *testing.T) {
+	for name, want := range map[string]syscall.Signal{"killed": syscall.SIGKILL, "terminated": syscall.SIGTERM, "": 0, "no such": 0} {
+		if got := SignalNumber(name); got != want {
+			t.Errorf("SignalNumber(%q) = %d, want %d", name, got, want)
+		}
 	}
 }

@@ -38,12 +38,8 @@ func (p runProcess) Wait() (int, string) {
 	if err != nil {
 		return -1, ""
 	}
-	if r.Signal != "" {
-		for n := syscall.Signal(1); n < 32; n++ {
-			if n.String() == r.Signal {
-				return 128 + int(n), r.Signal
-			}
-		}
+	if n := rpc.SignalNumber(r.Signal); n != 0 {
+		return 128 + int(n), r.Signal
 	}
 	if r.ExitCode != nil {
 		return *r.ExitCode, ""

@@ -515,13 +515,8 @@ func (c *conn) pump(ch ssh.Channel, x *rpc.Exec, a *Activity, done chan<- struct
 
 // signalName is the SSH name ("KILL") of a run's Signal ("killed", as Go spells it), or "".
 func signalName(s string) string {
-	if s == "" {
-		return ""
-	}
-	for n := syscall.Signal(1); n < 32; n++ {
-		if n.String() == s {
-			return strings.TrimPrefix(unix.SignalName(n), "SIG")
-		}
+	if n := rpc.SignalNumber(s); n != 0 {
+		return strings.TrimPrefix(unix.SignalName(n), "SIG")
 	}
 	return ""
 }
