@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"golang.org/x/crypto/ssh"
+	"golang.org/x/crypto/ssh/agent"
 
 	"github.com/allox-os/allox/internal/btrfstest"
 )
@@ -45,6 +46,31 @@ func TestSSHRemoteThroughProbe(t *testing.T) {
 	out, err := s.CombinedOutput("echo secret-output-$((6*7)); id -u; exit 5")
 	if exitOf(err) != 5 || !strings.Contains(string(out), "secret-output-42") || !strings.Contains(string(out), "2000") {
 		t.Fatalf("exec through the Probe: %q %v, want the sandbox's output as uid 2000 and exit 5", out, err)
+	}
+
+	// ssh -A: the run lists the client's key through the agent the Probe forwards
+	keyring := agent.NewKeyring()
+	_, priv, _ := ed25519.GenerateKey(rand.Reader)
+	if err := keyring.Add(agent.AddedKey{PrivateKey: priv}); err != nil {
+		t.Fatal(err)
+	}
+	keys, _ := keyring.List()
+	if err := agent.ForwardToAgent(c, keyring); err != nil {
+		t.Fatal(err)
+	}
+	s, err = c.NewSession()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var stderr strings.Builder
+	s.Stderr = &stderr
+	if err := agent.RequestAgentForwarding(s); err != nil {
+		s.Close()
+		t.Fatalf("agent forwarding through the Probe: %v %s", err, stderr.String())
+	}
+	s.Stderr = nil
+	if out, err := s.CombinedOutput("ssh-add -l"); err != nil || !strings.Contains(string(out), ssh.FingerprintSHA256(keys[0])) {
+		t.Fatalf("ssh-add -l with the forwarded agent: %v %q", err, out)
 	}
 	c.Close()
 	var audit string
@@ -97,7 +123,7 @@ func sshLogin(t *testing.T, f *fleet, gwURL, addr, devbox, session, login string
 		t.Fatalf("ssh-cert for an unknown session: %s", out)
 	}
 	certFile := filepath.Join(dir, "id-cert.pub")
-	runGatewayCLI(t, f, gwURL, "ssh-cert", "--key", pub, "--who", "alice", "--approval", "CHG-7", "--ttl", "10m", "-o", certFile, devbox, session)
+	runGatewayCLI(t, f, gwURL, "ssh-cert", "--key", pub, "--who", "alice", "--approval", "CHG-7", "--ttl", "10m", "--agent-forwarding", "-o", certFile, devbox, session)
 	b, err := os.ReadFile(certFile)
 	if err != nil {
 		t.Fatal(err)
@@ -107,6 +133,9 @@ func sshLogin(t *testing.T, f *fleet, gwURL, addr, devbox, session, login string
 		t.Fatal(err)
 	}
 	cert := pk.(*ssh.Certificate)
+	if _, ok := cert.Permissions.Extensions["permit-agent-forwarding"]; !ok {
+		t.Errorf("ssh-cert --agent-forwarding: the certificate's extensions %v have no permit-agent-forwarding", cert.Permissions.Extensions)
+	}
 	if got := time.Duration(cert.ValidBefore-cert.ValidAfter) * time.Second; got > 12*time.Minute {
 		t.Errorf("the credential is valid for %s, want about 10 min", got)
 	}

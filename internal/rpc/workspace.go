@@ -29,6 +29,12 @@ const (
 	// ActionSessionUnfence is accepted only on the host listener: the control plane lifts fences,
 	// never a process inside the guest.
 	ActionSessionUnfence = "session.unfence"
+	// ActionSessionSSHAgent and ActionSessionSSHAgentConn are accepted only on the host listener:
+	// SSH agent forwarding for a session (the Probe's SSH endpoint). The first makes an agent
+	// socket for the session and streams one JSON line per connection a run makes to it
+	// (SSHAgentEvent); the second carries one such connection (SSHAgentConnParams).
+	ActionSessionSSHAgent     = "session.ssh_agent"
+	ActionSessionSSHAgentConn = "session.ssh_agent_conn"
 
 	ActionCheckpointCreate = "checkpoint.create"
 	ActionCheckpointGet    = "checkpoint.get"
@@ -280,3 +286,24 @@ const (
 	EncodingUTF8   = "utf-8"
 	EncodingBase64 = "base64"
 )
+
+// SSHAgentEvent is one line of session.ssh_agent's stream: the first names the agent socket
+// (SSHAgent, given to process.start or process.exec as params.ssh_agent); every later one names a
+// connection a run made to it (Conn), to be carried with session.ssh_agent_conn within
+// SSHAgentClaimWithin or dropped.
+type SSHAgentEvent struct {
+	SSHAgent string `json:"ssh_agent,omitempty"`
+	Conn     string `json:"conn,omitempty"`
+}
+
+// SSHAgentConnParams are session.ssh_agent_conn's.
+type SSHAgentConnParams struct {
+	AgentID   string `json:"agent_id"`
+	SessionID string `json:"session_id"`
+	SSHAgent  string `json:"ssh_agent"`
+	Conn      string `json:"conn"`
+}
+
+// SSHAgentTarget is where a run started with params.ssh_agent finds the agent socket; its
+// SSH_AUTH_SOCK names it.
+const SSHAgentTarget = "/run/allox/ssh-agent.sock"

@@ -381,9 +381,9 @@ func (c Config) validateSessionSockets() []error {
 		errs = append(errs, fmt.Errorf("--session-sockets is required: name the directory of the sessions' sockets, e.g. --session-sockets %s", DefaultSessionSockets))
 	case !filepath.IsAbs(d):
 		errs = append(errs, fmt.Errorf("--session-sockets %s: use an absolute path, e.g. %s", d, DefaultSessionSockets))
-	case len(filepath.Clean(d))+1+socketNameLen > maxSocketPath:
+	case len(filepath.Clean(d))+boundPathLen > maxSocketPath:
 		errs = append(errs, fmt.Errorf("--session-sockets %s is %d bytes long: AF_UNIX paths hold at most %d bytes, so use a directory of at most %d bytes, e.g. %s",
-			d, len(d), maxSocketPath, maxSocketPath-1-socketNameLen, DefaultSessionSockets))
+			d, len(d), maxSocketPath, maxSocketPath-boundPathLen, DefaultSessionSockets))
 	}
 	if c.Client != "" && !filepath.IsAbs(c.Client) {
 		errs = append(errs, fmt.Errorf("--client %s: use an absolute path, or --client \"\" to bind no client", c.Client))

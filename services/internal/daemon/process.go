@@ -26,6 +26,9 @@ type startParams struct {
 	Timeout   float64           `json:"timeout"` // seconds; 0 = none
 	// Managed runs without bubblewrap (the seed's managed path); needs --managed-execution.
 	Managed bool `json:"managed"`
+	// SSHAgent binds the session's forwarded SSH agent of this id (session.ssh_agent) into the
+	// run, SSH_AUTH_SOCK naming it.
+	SSHAgent string `json:"ssh_agent"`
 }
 
 func (p *startParams) start() *startParams { return p }
@@ -87,6 +90,19 @@ func (h workspaceHandlers) startRequest(ctx context.Context, c *Call, into inter
 	if req.Extra, err = h.sessionExtra(req); err != nil {
 		undo()
 		return tracked.StartRequest{}, nil, err
+	}
+	if p.SSHAgent != "" {
+		agent, err := h.socks.sshAgentExtra(SessionRef{AgentID: p.AgentID, SessionID: p.SessionID}, p.SSHAgent, p.Managed)
+		if err != nil {
+			undo()
+			return tracked.StartRequest{}, nil, err
+		}
+		if _, set := p.Env["SSH_AUTH_SOCK"]; set {
+			undo()
+			return tracked.StartRequest{}, nil, rpc.Errorf(rpc.CodeInvalidParams, "params.env.SSH_AUTH_SOCK", "params.ssh_agent sets SSH_AUTH_SOCK: leave it out of params.env")
+		}
+		req.Extra.Env = withEnv(req.Extra.Env, "SSH_AUTH_SOCK", agent.Env["SSH_AUTH_SOCK"])
+		req.Extra.Mounts = append(req.Extra.Mounts, agent.Mounts...)
 	}
 	return req, undo, nil
 }

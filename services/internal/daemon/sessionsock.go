@@ -34,8 +34,12 @@ const maxSocketPath = 107
 // AF_UNIX path limit.
 func socketName(ref SessionRef) string { return ref.Hash() + ".sock" }
 
-// socketNameLen is the length of every socketName.
+// socketNameLen is the length of every socketName (and the bound of an agent socket's).
 const socketNameLen = 32 + len(".sock")
+
+// boundPathLen is the longest path below the directory a socket has while it is bound: in its
+// staging directory (listen's os.MkdirTemp, ".new-" and a decimal uint32), before the rename.
+const boundPathLen = len("/.new-4294967295/") + socketNameLen
 
 // SessionSockets are the sessions' own sockets: one AF_UNIX socket per session in one directory
 // outside every workspace, serving the router's ScopeSession actions over the /v1/rpc envelope
@@ -58,6 +62,7 @@ type SessionSockets struct {
 
 	mu     sync.Mutex
 	socks  map[SessionRef]*sessionSocket
+	agents map[string]*agentSocket // by id: the sessions' forwarded SSH agents (sshagent.go)
 	closed bool
 }
 
@@ -70,7 +75,7 @@ type sessionSocket struct {
 // earlier daemon left) and checks cfg.Client and its shims. Sockets serve until ctx ends or Close.
 func OpenSessionSockets(ctx context.Context, cfg Config, router *Router, log *slog.Logger) (*SessionSockets, error) {
 	s := &SessionSockets{dir: cfg.SessionSockets, uid: int(cfg.RunUID), gid: int(cfg.RunGID), client: cfg.Client,
-		router: router, log: log, ctx: ctx, socks: map[SessionRef]*sessionSocket{}}
+		router: router, log: log, ctx: ctx, socks: map[SessionRef]*sessionSocket{}, agents: map[string]*agentSocket{}}
 	if err := s.checkClient(); err != nil {
 		return nil, err
 	}
@@ -185,7 +190,7 @@ func (s *SessionSockets) ensure(ref SessionRef) (string, error) {
 	if ss, ok := s.socks[ref]; ok {
 		return ss.path, nil
 	}
-	ln, path, err := s.listen(ref)
+	ln, path, err := s.listen(socketName(ref))
 	if err != nil {
 		return "", fmt.Errorf("session socket of %s/%s: %w", ref.AgentID, ref.SessionID, err)
 	}
@@ -204,10 +209,9 @@ func (s *SessionSockets) ensure(ref SessionRef) (string, error) {
 	return path, nil
 }
 
-// listen binds the session's socket in a private directory, hands it to the run uid with mode
+// listen binds a socket named name in a private directory, hands it to the run uid with mode
 // 0600 and only then renames it into place, so that it is never reachable with other modes.
-func (s *SessionSockets) listen(ref SessionRef) (net.Listener, string, error) {
-	name := socketName(ref)
+func (s *SessionSockets) listen(name string) (net.Listener, string, error) {
 	path := filepath.Join(s.dir, name)
 	staging, err := os.MkdirTemp(s.dir, ".new-")
 	if err != nil {
@@ -238,7 +242,16 @@ func (s *SessionSockets) Remove(agent, session string) error {
 	s.mu.Lock()
 	ss, ok := s.socks[ref]
 	delete(s.socks, ref)
+	var agents []*agentSocket
+	for _, a := range s.agents {
+		if a.ref == ref {
+			agents = append(agents, a)
+		}
+	}
 	s.mu.Unlock()
+	for _, a := range agents { // the session is gone: so are its forwarded agents
+		a.close()
+	}
 	if !ok {
 		return nil
 	}
@@ -260,7 +273,11 @@ func (s *SessionSockets) Close() error {
 	s.closed = true
 	socks := s.socks
 	s.socks = map[SessionRef]*sessionSocket{}
+	agents := s.agents
 	s.mu.Unlock()
+	for _, a := range agents {
+		a.close()
+	}
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(s.ctx), ShutdownTimeout)
 	defer cancel()
 	var errs []error

@@ -97,6 +97,7 @@ func operate(ctx context.Context, cmd string, args []string, stdout io.Writer) e
 	ttl := fs.Duration("ttl", 15*time.Minute, "ssh-cert: validity")
 	pty := fs.Bool("pty", true, "ssh-cert: permit a terminal")
 	forward := fs.Bool("forward", true, "ssh-cert: permit direct-tcpip and direct-streamlocal forwards (an IDE needs them)")
+	agentFwd := fs.Bool("agent-forwarding", false, "ssh-cert: permit ssh -A (the session's runs of the connection use the client's SSH agent)")
 	outFile := fs.String("o", "", "ssh-cert: write the certificate to this file (ssh's -cert.pub beside the key) instead of stdout")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -143,7 +144,7 @@ func operate(ctx context.Context, cmd string, args []string, stdout io.Writer) e
 		err, out = a.Do(ctx, http.MethodGet, wire.PathAudit+"?"+q.Encode(), nil, &l), &l
 	case "ssh-cert":
 		if len(rest) != 2 || *keyFile == "" {
-			return errors.New("usage: gateway ssh-cert --key FILE.pub --who NAME --approval REF [--ttl 15m] [--pty=false] [--forward=false] [-o FILE-cert.pub] DEVBOX SESSION")
+			return errors.New("usage: gateway ssh-cert --key FILE.pub --who NAME --approval REF [--ttl 15m] [--pty=false] [--forward=false] [--agent-forwarding] [-o FILE-cert.pub] DEVBOX SESSION")
 		}
 		pub, err := os.ReadFile(*keyFile)
 		if err != nil {
@@ -151,7 +152,7 @@ func operate(ctx context.Context, cmd string, args []string, stdout io.Writer) e
 		}
 		var c wire.SSHCert
 		req := wire.SSHCertRequest{DevBox: rest[0], Session: rest[1], PublicKey: string(pub), Who: *who, Approval: *approval, Reason: *reason,
-			TTLSeconds: int(ttl.Seconds()), PTY: *pty, PortForwarding: *forward}
+			TTLSeconds: int(ttl.Seconds()), PTY: *pty, PortForwarding: *forward, AgentForwarding: *agentFwd}
 		if err := a.Do(ctx, http.MethodPost, wire.PathSSHCert, req, &c); err != nil {
 			return err
 		}

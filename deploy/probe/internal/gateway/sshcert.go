@@ -51,7 +51,7 @@ func (g *Gateway) SSHCert(ctx context.Context, actor string, req wire.SSHCertReq
 	}
 	now := time.Now()
 	cert, err := sshcert.Issue(g.cfg.SSHCA, key, sshcert.Grant{Who: req.Who, Agent: st.Spec.Agent, Session: req.Session, TTL: ttl,
-		PTY: req.PTY, PortForwarding: req.PortForwarding}, now, sshcert.MaxLifetime)
+		PTY: req.PTY, PortForwarding: req.PortForwarding, AgentForwarding: req.AgentForwarding}, now, sshcert.MaxLifetime)
 	if err != nil {
 		return out, fmt.Errorf("%w: %v", ErrInvalid, err)
 	}

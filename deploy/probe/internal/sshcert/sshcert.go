@@ -20,6 +20,9 @@ type Grant struct {
 	TTL            time.Duration
 	PTY            bool // permit-pty
 	PortForwarding bool // permit-port-forwarding (direct-tcpip, direct-streamlocal; an IDE needs it)
+	// AgentForwarding is permit-agent-forwarding: the session's runs of this connection may use
+	// the client's SSH agent (ssh -A).
+	AgentForwarding bool
 }
 
 // clockSkew is how far before now a certificate is already valid, for a client whose clock is
@@ -54,6 +57,9 @@ func Issue(ca ssh.Signer, key ssh.PublicKey, g Grant, now time.Time, maxLifetime
 	}
 	if g.PortForwarding {
 		ext["permit-port-forwarding"] = ""
+	}
+	if g.AgentForwarding {
+		ext["permit-agent-forwarding"] = ""
 	}
 	cert := &ssh.Certificate{
 		Key: key, Serial: binary.BigEndian.Uint64(serial[:]), CertType: ssh.UserCert, KeyId: g.Who,

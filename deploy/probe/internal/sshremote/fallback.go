@@ -56,7 +56,7 @@ func (c *conn) fallbackTerminal(name string, size *rpc.ExecTerminal, env map[str
 			return f, nil
 		}
 	}
-	x, err := c.exec(context.Background(), []string{c.s.cfg.Shell, "-l"}, env, size)
+	x, err := c.exec(context.Background(), []string{c.s.cfg.Shell, "-l"}, env, size, "") // it outlives the connection: never its agent
 	if err != nil {
 		return nil, err
 	}

@@ -25,6 +25,8 @@ import (
 // caller (the appliance's process.exec, e.g. an *rpc.Client on its host listener).
 type Appliance interface {
 	Exec(ctx context.Context, params any) (*rpc.Exec, error)
+	// Stream runs a stream action (session.ssh_agent and session.ssh_agent_conn: agent forwarding).
+	Stream(ctx context.Context, action string, params any) (io.ReadWriteCloser, error)
 }
 
 // Activity is one connection or channel, reported when it ends (a connection also when it is
@@ -35,7 +37,7 @@ type Activity struct {
 	Agent   string
 	Session string
 	Remote  string // the client's address
-	Channel string // connection, shell, exec, sftp, direct-tcpip, direct-streamlocal
+	Channel string // connection, shell, exec, sftp, direct-tcpip, direct-streamlocal, auth-agent
 	Target  string // a forward's destination (host:port, or the socket's path)
 	RunID   string // the run that served the channel
 	Start   time.Time
@@ -198,6 +200,7 @@ type conn struct {
 	session   string
 	appliance Appliance
 	perms     *ssh.Permissions
+	fwd       agentForward // ssh -A
 }
 
 func (c *conn) activity(a Activity) {
@@ -244,6 +247,7 @@ func (s *Server) ServeConn(nc net.Conn) {
 		}()
 	}
 	wg.Wait()
+	c.endAgent()
 	s.mu.Lock()
 	delete(s.conns, sc)
 	s.mu.Unlock()
@@ -287,9 +291,13 @@ func (c *conn) permitted(ext string) bool {
 	return ok
 }
 
-// exec starts a run of the session attached to the caller.
-func (c *conn) exec(ctx context.Context, argv []string, env map[string]string, term *rpc.ExecTerminal) (*rpc.Exec, error) {
+// exec starts a run of the session attached to the caller, with the connection's forwarded
+// agent if sshAgent names it.
+func (c *conn) exec(ctx context.Context, argv []string, env map[string]string, term *rpc.ExecTerminal, sshAgent string) (*rpc.Exec, error) {
 	params := map[string]any{"agent_id": c.agent, "session_id": c.session, "argv": argv}
+	if sshAgent != "" {
+		params["ssh_agent"] = sshAgent
+	}
 	if len(env) > 0 {
 		params["env"] = env
 	}
@@ -309,7 +317,7 @@ func (c *conn) forward(nch ssh.NewChannel, kind, target string, relayArgs []stri
 		nch.Reject(ssh.Prohibited, a.Error)
 		return
 	}
-	x, err := c.exec(context.Background(), append([]string{c.s.cfg.Client, "relay", "--ready"}, relayArgs...), nil, nil)
+	x, err := c.exec(context.Background(), append([]string{c.s.cfg.Client, "relay", "--ready"}, relayArgs...), nil, nil, "")
 	if err != nil {
 		a.Error = err.Error()
 		nch.Reject(ssh.ConnectionFailed, a.Error)
@@ -368,6 +376,7 @@ func (c *conn) sessionChannel(nch ssh.NewChannel) {
 		x       *rpc.Exec
 		done    = make(chan struct{})
 		started bool
+		agentID string // the connection's forwarded agent, once this channel asked for it
 	)
 	for {
 		var req *ssh.Request
@@ -394,6 +403,20 @@ func (c *conn) sessionChannel(nch ssh.NewChannel) {
 			var p struct{ Name, Value string }
 			if err := ssh.Unmarshal(req.Payload, &p); err == nil && !started && (acceptEnv(p.Name) || p.Name == FallbackEnv) {
 				env[p.Name], ok = p.Value, true
+			}
+		case "auth-agent-req@openssh.com":
+			switch {
+			case started:
+			case !c.permitted("permit-agent-forwarding"):
+				fmt.Fprintf(ch.Stderr(), "allox: agent forwarding refused: the certificate does not permit it (ask the Gateway for one with --agent-forwarding)\r\n")
+			default:
+				id, err := c.forwardAgent()
+				if err != nil {
+					c.s.cfg.Log.Warn("ssh agent forwarding failed", "login", c.sc.User(), "error", err.Error())
+					fmt.Fprintf(ch.Stderr(), "allox: agent forwarding failed: %s\r\n", oneLine(err.Error()))
+					break
+				}
+				agentID, ok = id, true
 			}
 		case "window-change":
 			var p struct{ Cols, Rows, Width, Height uint32 }
@@ -434,7 +457,7 @@ func (c *conn) sessionChannel(nch ssh.NewChannel) {
 			if kind == "sftp" {
 				term = nil // a subsystem speaks its protocol on the channel, never on a terminal
 			}
-			x, err = c.exec(context.Background(), argv, env, term)
+			x, err = c.exec(context.Background(), argv, env, term, agentID)
 			if err != nil {
 				a.Error = err.Error()
 				fmt.Fprintf(ch.Stderr(), "allox: %s\r\n", oneLine(err.Error()))

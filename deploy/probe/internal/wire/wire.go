@@ -186,6 +186,8 @@ type SSHCertRequest struct {
 	TTLSeconds     int  `json:"ttl_seconds,omitempty"`
 	PTY            bool `json:"pty,omitempty"`
 	PortForwarding bool `json:"port_forwarding,omitempty"`
+	// AgentForwarding permits ssh -A: the session's runs of the connection use the client's agent.
+	AgentForwarding bool `json:"agent_forwarding,omitempty"`
 }
 
 // SSHCert is the signed certificate, in authorized_keys form, and the login it is for.
