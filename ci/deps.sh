@@ -17,7 +17,8 @@ packages=(
   # the session network bench's reference relay
   socat
   # the Probe's SSH endpoint tests: OpenSSH's own ssh, sftp and ssh-keygen as clients (its sshd,
-  # the SSH bench's baseline, is not installed here: it would start a server on port 22)
+  # the SSH bench's baseline, is unpacked below rather than installed: installing it would start
+  # a server on port 22)
   openssh-client
   # the integration tests' in-sandbox clients (session socket, session network and share streams)
   python3
@@ -39,6 +40,22 @@ if ((${#missing[@]})); then
   echo "ci/deps.sh: installing ${missing[*]}"
   $sudo apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+# OpenSSH's sshd and sftp-server for the SSH bench's baseline, unpacked from Debian's packages into
+# the cache (never installed, so no sshd service starts); the bench runs them from there.
+sshd_root="${ALLOX_CACHE:-/var/cache/allox}/openssh-server"
+if [ ! -x /usr/sbin/sshd ] && [ ! -x "$sshd_root/usr/sbin/sshd" ]; then
+  sudo=""
+  [ "$(id -u)" = 0 ] || sudo="sudo"
+  tmp=$(mktemp -d)
+  (cd "$tmp" && apt-get download openssh-server openssh-sftp-server 2>/dev/null) || {
+    $sudo apt-get update -qq && (cd "$tmp" && apt-get download openssh-server openssh-sftp-server 2>/dev/null); }
+  $sudo mkdir -p "$sshd_root.new"
+  for deb in "$tmp"/*.deb; do $sudo dpkg-deb -x "$deb" "$sshd_root.new"; done
+  $sudo rm -rf "$sshd_root" && $sudo mv "$sshd_root.new" "$sshd_root"
+  rm -rf "$tmp"
+  echo "ci/deps.sh: unpacked OpenSSH's sshd into $sshd_root (the SSH bench's baseline)"
 fi
 
 if ! command -v go >/dev/null; then

@@ -2,6 +2,7 @@ package sshremote
 
 import (
 	"bytes"
+	"cmp"
 	"crypto/rand"
 	"fmt"
 	"net"
@@ -26,7 +27,7 @@ import (
 //
 //	go test -run '^$' -bench SSH -benchtime 1x ./deploy/probe/internal/sshremote/
 func BenchmarkSSH(b *testing.B) {
-	sshd := testenv.Tool(b, "/usr/sbin/sshd", "apt-get install openssh-server")
+	sshd := sshdBinary(b)
 	f := newFixture(b)
 	probe, err := f.dial("a+s", f.certSigner(b, grant()))
 	must(b, err)
@@ -91,6 +92,23 @@ func timeUpload(b *testing.B, c *ssh.Client, path string, data []byte) time.Dura
 
 func ms(d time.Duration) float64 { return float64(d) / float64(time.Millisecond) }
 
+// sshdBinary is Debian's sshd: installed, or unpacked into the cache by ci/deps.sh (which does
+// not install it: that would start a server on port 22). Its privilege separation user is made
+// if missing, as the package would.
+func sshdBinary(b *testing.B) string {
+	sshd := "/usr/sbin/sshd"
+	if _, err := os.Stat(sshd); err != nil {
+		sshd = filepath.Join(cmp.Or(os.Getenv("ALLOX_CACHE"), "/var/cache/allox"), "openssh-server/usr/sbin/sshd")
+		testenv.Tool(b, sshd, "ci/deps.sh (it unpacks Debian's openssh-server there)")
+	}
+	if exec.Command("id", "sshd").Run() != nil {
+		if out, err := exec.Command("useradd", "--system", "--no-create-home", "--home-dir", "/run/sshd", "--shell", "/usr/sbin/nologin", "sshd").CombinedOutput(); err != nil {
+			b.Fatalf("useradd sshd: %v %s", err, out)
+		}
+	}
+	return sshd
+}
+
 // benchUser is the login of the bench's sshd: a system user (made once, if missing) whose shell
 // is /bin/sh, as the Probe's, and whose home does not exist, as a session's current/ holds no
 // shell startup files; root's shell would run its ~/.bashrc on every exec (bash does for sshd).
@@ -120,7 +138,7 @@ func startSSHD(b *testing.B, sshd string) *ssh.Client {
 	ln.Close()
 	cfg := filepath.Join(dir, "sshd_config")
 	must(b, os.WriteFile(cfg, []byte("ListenAddress 127.0.0.1:"+port+"\nHostKey "+hostKey+"\nAuthorizedKeysFile "+dir+"/authorized_keys\n"+
-		"StrictModes no\nUsePAM no\nPasswordAuthentication no\nSubsystem sftp /usr/lib/openssh/sftp-server\nPidFile none\n"), 0o600))
+		"StrictModes no\nUsePAM no\nPasswordAuthentication no\nSubsystem sftp "+filepath.Join(sshd, "../../lib/openssh/sftp-server")+"\nPidFile none\n"), 0o600))
 	cmd := exec.Command(sshd, "-D", "-e", "-f", cfg)
 	var logs bytes.Buffer
 	cmd.Stderr = &logs
