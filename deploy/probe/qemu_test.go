@@ -1,6 +1,10 @@
 package probe
 
 import (
+	"bytes"
+	"crypto/ed25519"
+	"crypto/rand"
+	"encoding/binary"
 	"encoding/json"
 	"io"
 	"os"
@@ -9,6 +13,8 @@ import (
 	"time"
 
 	"github.com/pkg/sftp"
+	"golang.org/x/crypto/ssh"
+	"golang.org/x/crypto/ssh/agent"
 
 	"github.com/allox-os/allox/deploy/probe/internal/wire"
 	"github.com/allox-os/allox/internal/artifact"
@@ -72,6 +78,28 @@ func TestApplianceEndToEnd(t *testing.T) {
 		!strings.Contains(string(got), "2000") {
 		t.Errorf("ssh exec in the guest's sandbox: %q %v, want the guest's hostname, uid 2000, exit 3", got, err)
 	}
+	// ssh -A into the guest: its busybox has no ssh-add, so the run asks the forwarded agent for
+	// its identities in the agent protocol itself, through allox relay on SSH_AUTH_SOCK
+	keyring := agent.NewKeyring()
+	_, priv, _ := ed25519.GenerateKey(rand.Reader)
+	if err := keyring.Add(agent.AddedKey{PrivateKey: priv}); err != nil {
+		t.Fatal(err)
+	}
+	if err := agent.ForwardToAgent(c, keyring); err != nil {
+		t.Fatal(err)
+	}
+	if s, err = c.NewSession(); err != nil {
+		t.Fatal(err)
+	}
+	if err := agent.RequestAgentForwarding(s); err != nil {
+		t.Fatalf("agent forwarding into the guest: %v", err)
+	}
+	s.Stdin = bytes.NewReader([]byte{0, 0, 0, 1, 11}) // SSH_AGENTC_REQUEST_IDENTITIES
+	reply, err := s.Output(`exec /run/allox/bin/allox relay unix "$SSH_AUTH_SOCK"`)
+	// SSH_AGENT_IDENTITIES_ANSWER (12) with one key
+	if err != nil || len(reply) < 9 || reply[4] != 12 || binary.BigEndian.Uint32(reply[5:9]) != 1 {
+		t.Errorf("the forwarded agent asked from the guest's sandbox: %v %x, want an identities answer with one key", err, reply)
+	}
 	sc, err := sftp.NewClient(c)
 	if err != nil {
 		t.Fatalf("sftp in the guest: %v", err)
@@ -94,6 +122,45 @@ func TestApplianceEndToEnd(t *testing.T) {
 	c.Close()
 	if string(got) != "put through the Probe\n" {
 		t.Errorf("sftp round trip in the guest: %q", got)
+	}
+
+	// terminal_fallback in the guest: a persistent terminal of the session, on a PTY, that
+	// survives the client's disconnect, redraws on reattach, resizes, and reports its exit status
+	attach := func() (*ssh.Client, *ssh.Session, io.Writer, io.Reader) {
+		c := sshLogin(t, f, gwURL, sshAddr, "vmbox", "s1", "main+s1")
+		s, err := c.NewSession()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.RequestPty("xterm", 24, 80, ssh.TerminalModes{}); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Setenv("ALLOX_TERMINAL", "main"); err != nil {
+			t.Fatal(err)
+		}
+		in, _ := s.StdinPipe()
+		out, _ := s.StdoutPipe()
+		if err := s.Shell(); err != nil {
+			t.Fatalf("terminal_fallback shell in the guest: %v", err)
+		}
+		return c, s, in, out
+	}
+	tc, _, tin, tout := attach()
+	io.WriteString(tin, "export KEPT=yes; echo started-$((6*7))\n") // the echoed line shows no 42
+	testenv.ReadUntil(t, tout, "started-42")
+	go io.Copy(io.Discard, tout)
+	tc.Close()
+	_, ts, tin, tout := attach()
+	testenv.ReadUntil(t, tout, "started-42") // the screen, redrawn
+	if err := ts.WindowChange(40, 132); err != nil {
+		t.Fatal(err)
+	}
+	io.WriteString(tin, "echo kept=$KEPT size=$(stty size | tr ' ' x)\n")
+	testenv.ReadUntil(t, tout, "kept=yes size=40x132")
+	io.WriteString(tin, "exit 4\n")
+	go io.Copy(io.Discard, tout)
+	if err := ts.Wait(); exitOf(err) != 4 {
+		t.Errorf("the guest's persistent terminal: %v, want exit status 4", err)
 	}
 
 	cp := runGatewayCLI(t, f, gwURL, "op", "--session", "s1", "--checkpoint", "before", "--wait", "60s", "checkpoint", "vmbox")
