@@ -3,9 +3,8 @@
 //
 // It is what init needs of cgroups, kept apart from internal/cgroup (which wraps containerd's
 // cgroup2 library and uses this package for the same two operations) so that PID 1 does not link
-// that library: its package initialisers (protobuf descriptors, the BPF library, logrus, D-Bus)
-// ran on every boot and on every service start through init's trampoline, about a third of a
-// second under TCG, for two file writes.
+// that library: its package initialisers (protobuf, the BPF library, logrus, D-Bus) ran under
+// TCG on every boot and on every service start through init's trampoline, for two file writes.
 package cgroupfs
 
 import (
