@@ -1,12 +1,12 @@
-// Package cgroup is the one way init and the workspace daemon operate cgroup v2 groups: make a
-// group with its limits, enable controllers for its children, update its limits, kill everything
-// in it and wait until it is empty, freeze and thaw it and wait until the kernel says so, read the
-// counters that say it hit a limit, and remove it or a whole tree of groups.
+// Package cgroup is the one way the workspace daemon operates cgroup v2 groups: make a group with
+// its limits, enable controllers for its children, update its limits, kill everything in it and
+// wait until it is empty, freeze and thaw it and wait until the kernel says so, read the counters
+// that say it hit a limit, and remove it or a whole tree of groups.
 //
 // It wraps github.com/containerd/cgroups/v3/cgroup2 and writes by hand only what that library
-// does not do; each such place says why (Open, KillWait, Freeze, Events, Read). It lives at the
-// module root, not under services/internal, because init uses it too and Go's internal rule keeps
-// services/internal out of init's reach.
+// does not do; each such place says why (Open, KillWait, Freeze, Events, Read). Listing and
+// enabling controllers is internal/cgroupfs, which init uses alone: PID 1 does not link the
+// library (see cgroupfs).
 package cgroup
 
 import (
@@ -22,6 +22,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/allox-os/allox/internal/cgroupfs"
 	"github.com/containerd/cgroups/v3/cgroup2"
 	"golang.org/x/sys/unix"
 )
@@ -71,15 +72,6 @@ func Create(mount, path string, l Limits) (*Group, error) {
 // Dir is the group's directory.
 func (g *Group) Dir() string { return g.dir }
 
-// mustLoad loads a path that is valid by construction.
-func mustLoad(mount, path string) *cgroup2.Manager {
-	m, err := cgroup2.Load(path, cgroup2.WithMountpoint(mount))
-	if err != nil {
-		panic(fmt.Sprintf("BUG: cgroup path %q: %v", path, err))
-	}
-	return m
-}
-
 // Exists reports whether the group's directory exists.
 func (g *Group) Exists() bool {
 	_, err := os.Stat(g.dir)
@@ -93,23 +85,12 @@ func (g *Group) Open() (*os.File, error) { return os.Open(g.dir) }
 
 // Controllers lists the controllers available in the group (cgroup.controllers: those its parent
 // enabled for it).
-func (g *Group) Controllers() ([]string, error) {
-	c, err := g.m.Controllers()
-	if err != nil {
-		return nil, fmt.Errorf("cgroup %s: %w", g.dir, err)
-	}
-	return c, nil
-}
+func (g *Group) Controllers() ([]string, error) { return cgroupfs.Controllers(g.dir) }
 
 // EnableForChildren enables the controllers in g's cgroup.subtree_control, so that the groups
-// below g get them. The library's ToggleControllers writes the subtree_control of every group
-// from its mount down to the parent of its own group; a manager of a child of g, whose mount is
-// g's directory, writes exactly g's. The child need not exist.
+// below g get them (cgroupfs.EnableForChildren: init does the same without this package).
 func (g *Group) EnableForChildren(controllers ...string) error {
-	if len(controllers) == 0 {
-		return nil
-	}
-	return mustLoad(g.dir, "/child").ToggleControllers(controllers, cgroup2.Enable)
+	return cgroupfs.EnableForChildren(g.dir, controllers...)
 }
 
 // Update writes l into the group (the controllers must be available in it already).

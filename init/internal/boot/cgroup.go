@@ -7,7 +7,7 @@ import (
 	"path"
 	"strings"
 
-	"github.com/allox-os/allox/internal/cgroup"
+	"github.com/allox-os/allox/internal/cgroupfs"
 )
 
 // Controllers enables, one by one, every controller listed in Dir/cgroup.controllers for the
@@ -22,18 +22,15 @@ func (c Controllers) String() string {
 
 // Run enables each available controller and names the ones the kernel refused.
 func (c Controllers) Run(_ context.Context, sys *Sys) error {
-	g, err := cgroup.At(sys.Path(c.Dir))
-	if err != nil {
-		return err
-	}
-	avail, err := g.Controllers()
+	dir := sys.Path(c.Dir)
+	avail, err := cgroupfs.Controllers(dir)
 	if err != nil {
 		return err
 	}
 	var enabled, failed []string
 	var errs []error
 	for _, name := range avail {
-		if err := g.EnableForChildren(name); err != nil {
+		if err := cgroupfs.EnableForChildren(dir, name); err != nil {
 			failed = append(failed, name)
 			errs = append(errs, fmt.Errorf("%s: %w", name, err))
 			continue

@@ -51,6 +51,15 @@ func TestClassify(t *testing.T) {
 		{"btrfs magic only", func(t *testing.T) string {
 			return image(t, 64*mib, map[int64]string{btrfsMagicOff: btrfsMagic})
 		}, Btrfs, ""},
+		{"data in the last byte of the first MiB", func(t *testing.T) string {
+			return image(t, 64*mib, map[int64]string{mib - 1: "x"})
+		}, Other, "data of an unknown kind"},
+		{"data just past the Btrfs magic", func(t *testing.T) string {
+			return image(t, 64*mib, map[int64]string{btrfsMagicOff + int64(len(btrfsMagic)): "x"})
+		}, Other, "data of an unknown kind"},
+		{"data in the first byte of the last MiB", func(t *testing.T) string {
+			return image(t, 64*mib, map[int64]string{63 * mib: "x"})
+		}, Other, "data of an unknown kind"},
 		{"data at the end", func(t *testing.T) string {
 			return image(t, 64*mib, map[int64]string{64*mib - 10: "x"})
 		}, Other, "data of an unknown kind"},

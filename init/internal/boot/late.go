@@ -2,13 +2,15 @@ package boot
 
 import "github.com/allox-os/allox/internal/manifest"
 
-// Late is the table that the manifest decides before any service starts: host name, loopback,
-// network and fw_cfg blobs. The store comes after (StoreSteps), once the kata-agent runs.
+// Late is the table that the manifest decides before any service starts: the readahead of the
+// services' executables, host name, loopback, network and fw_cfg blobs. The store comes after
+// (StoreSteps), once the kata-agent runs.
 func Late(m *manifest.Manifest) []Step {
-	steps := []Step{
-		Opt{Hostname{m.Hostname}},
-		LinkUp{"lo"},
+	var steps []Step
+	if exe := Executables(m); len(exe) > 0 {
+		steps = append(steps, Opt{Readahead{exe}})
 	}
+	steps = append(steps, Opt{Hostname{m.Hostname}}, LinkUp{"lo"})
 	if n := m.Network; n != nil && n.Address != "" {
 		steps = append(steps, Opt{Network{*n}})
 	}

@@ -23,6 +23,7 @@ func testManifest() *manifest.Manifest {
 		Store:    manifest.Store{Serial: "allox-ws", Mountpoint: "/var/lib/allox/workspaces", Label: "allox-ws", FallbackSizeMiB: 512},
 		Network:  &manifest.Network{Interface: "eth0", Address: "10.0.2.15/24", Gateway: "10.0.2.2"},
 		FwCfg:    []manifest.FwCfg{{Name: "opt/allox/rpc-token", Path: "/run/allox/rpc-token", Mode: 0o600}},
+		Services: []manifest.Service{{Name: "workspace-daemon", Command: []string{"/usr/bin/allox-workspace-daemon", "--root", "/w"}}},
 	}
 }
 
@@ -59,7 +60,7 @@ func TestTableGolden(t *testing.T) {
 
 func TestLateWithoutNetwork(t *testing.T) {
 	m := testManifest()
-	m.Network, m.FwCfg = &manifest.Network{Interface: "eth0"}, nil
+	m.Network, m.FwCfg, m.Services = &manifest.Network{Interface: "eth0"}, nil, nil
 	got := tableText(Late(m))
 	want := "(optional) hostname allox\nip link set lo up\n"
 	if diff := cmp.Diff(want, got); diff != "" {
