@@ -23,6 +23,7 @@ import (
 	"github.com/allox-os/allox/internal/atomicfile"
 	"github.com/allox-os/allox/services/kuruwa/internal/config"
 	"github.com/allox-os/allox/services/kuruwa/internal/entry"
+	"github.com/allox-os/allox/services/kuruwa/internal/wire"
 )
 
 // Daemon is the main daemon.
@@ -140,7 +141,7 @@ func (d *Daemon) Run(ctx context.Context, ready func()) error {
 		d.shutdown()
 		return err
 	}
-	if _, err := d.createInstance(host, config.HostDefinition, config.HostDefinition); err != nil {
+	if _, err := d.createInstance(host, wire.InstanceArgs{Definition: config.HostDefinition, Name: config.HostDefinition}); err != nil {
 		d.shutdown()
 		return fmt.Errorf("host instance: %w", err)
 	}
