@@ -146,6 +146,17 @@ func TestKuruwaSessionTerminalInGuest(t *testing.T) {
 		}
 	})
 
+	t.Run("attack: the shell drives another session through the loopback listener Kuruwa uses", func(t *testing.T) {
+		body := `{"action":"process.start","params":{"agent_id":"agent-a","session_id":"s2","argv":["/bin/true"]}}`
+		k.must(t, kuruwaManage, "send", "sh", `wget -q -T 5 -O- --header 'Content-Type: application/json' --post-data '`+body+`' http://127.0.0.1:8092/v1/rpc && echo "REA""CHED"; echo wget-$((6*7))`, "--key", "Enter")
+		screen := k.waitScreen(t, "sh", "wget-42")
+		var list struct{ Runs []rpc.Run }
+		g.must(t, rpc.ActionProcessList, map[string]any{"agent_id": "agent-a", "session_id": "s2"}, &list)
+		if strings.Contains(screen, "REACHED") || len(list.Runs) != 0 {
+			t.Errorf("the session's shell drove session s2 (runs there: %d):\n%s", len(list.Runs), screen)
+		}
+	})
+
 	t.Run("attack: the restricted tenant's refusals hold in the guest", func(t *testing.T) {
 		for _, tc := range []struct {
 			args []string
