@@ -226,3 +226,52 @@ func TestSessionInstanceShellCannotEscape(t *testing.T) {
 		t.Errorf("the session's shell holds a socket descriptor:\n%s", screen)
 	}
 }
+
+// runningIn counts the running runs of agent's session s.
+func (f *sessionFixture) runningIn(t *testing.T, agent string) int {
+	t.Helper()
+	var list struct{ Runs []rpc.Run }
+	if err := f.host.Call(context.Background(), "process.list", map[string]any{"agent_id": agent, "session_id": "s"}, &list); err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	for _, r := range list.Runs {
+		if r.State == "running" {
+			n++
+		}
+	}
+	return n
+}
+
+// Kuruwa's own lifecycle reaches the session's runs: cancel ends a shell's run (INT is the
+// terminal's ^C, which the shell survives), and cleaning the instance with --force ends the runs
+// of its terminals.
+func TestSessionInstanceCancelAndCleanEndRuns(t *testing.T) {
+	f := newSessionFixture(t)
+	f.must(f.mgmt(), "instance", "start", "session", "--name", "work", "--agent", "a", "--session", "s")
+	f.must(f.mgmt(), "start", "sh", "--instance", "work")
+	f.must(f.mgmt(), "start", "sh2", "--instance", "work")
+	f.must(f.mgmt(), "send", "sh", "echo up-$((6*7))", "--key", "Enter")
+	f.waitScreen(f.mgmt(), "sh", "up-42")
+	f.must(f.mgmt(), "cancel", "sh", "--signal", "INT")
+	f.must(f.mgmt(), "send", "sh", "echo still-$((6*7))", "--key", "Enter")
+	f.waitScreen(f.mgmt(), "sh", "still-42")
+	if n := f.runningIn(t, "a"); n != 2 {
+		t.Fatalf("%d running runs after INT, want both shells", n)
+	}
+	f.must(f.mgmt(), "cancel", "sh")
+	if st := f.waitExit(f.mgmt(), "sh"); !strings.Contains(st, "exited(137") {
+		t.Errorf("status after cancel: %q, want exited(137)", st)
+	}
+	if _, err := f.kw(f.mgmt(), "clean", "--instance", "work"); !errors.Is(err, &wire.Error{Code: wire.CodeConflict}) {
+		t.Fatalf("clean of a non-empty instance without --force: %v, want conflict", err)
+	}
+	f.must(f.mgmt(), "clean", "--instance", "work", "--force")
+	deadline := time.Now().Add(10 * time.Second)
+	for f.runningIn(t, "a") != 0 {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d runs of the session outlived the instance", f.runningIn(t, "a"))
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+}

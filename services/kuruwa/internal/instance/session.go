@@ -48,13 +48,18 @@ func (s *SessionSpawner) Start(spec term.Spec, transcript *os.File) (*term.Termi
 		return nil, fmt.Errorf("a run of session %s/%s: %w", s.Agent, s.Session, err)
 	}
 	go io.Copy(io.Discard, x.Stderr) // a terminal run has none; drained all the same
-	return term.Attach(spec, sessionProcess{term.RunProcess(x)}, transcript), nil
+	return term.Attach(spec, sessionProcess{Process: term.RunProcess(x), c: s.Client, runID: x.Run.RunID}, transcript), nil
 }
 
 // sessionProcess is a run's terminal with the signals a terminal can carry: INT and QUIT are the
-// terminal's ^C and ^\ (its line discipline signals the foreground group), and every other
-// signal ends the run, as closing its stream makes the workspace daemon kill it.
-type sessionProcess struct{ term.Process }
+// terminal's ^C and ^\ (its line discipline signals the foreground group), and KILL, TERM and HUP
+// end the run with process.kill, so that its final record (and exit status) still arrives on the
+// stream; should that call fail, closing the stream makes the workspace daemon kill it.
+type sessionProcess struct {
+	term.Process
+	c     *rpc.Client
+	runID string
+}
 
 func (p sessionProcess) Signal(sig syscall.Signal) error {
 	switch sig {
@@ -67,5 +72,10 @@ func (p sessionProcess) Signal(sig syscall.Signal) error {
 	case syscall.SIGUSR1, syscall.SIGUSR2:
 		return fmt.Errorf("a run of a session takes no %s through its terminal; KILL, TERM or HUP end it, INT and QUIT are its ^C and ^\\", sig)
 	}
-	return p.Process.Signal(syscall.SIGKILL)
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := p.c.Call(ctx, rpc.ActionProcessKill, map[string]string{"run_id": p.runID}, nil); err != nil {
+		return p.Process.Signal(syscall.SIGKILL)
+	}
+	return nil
 }
