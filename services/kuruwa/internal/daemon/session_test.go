@@ -227,22 +227,6 @@ func TestSessionInstanceShellCannotEscape(t *testing.T) {
 	}
 }
 
-// runningIn counts the running runs of agent's session s.
-func (f *sessionFixture) runningIn(t *testing.T, agent string) int {
-	t.Helper()
-	var list struct{ Runs []rpc.Run }
-	if err := f.host.Call(context.Background(), "process.list", map[string]any{"agent_id": agent, "session_id": "s"}, &list); err != nil {
-		t.Fatal(err)
-	}
-	n := 0
-	for _, r := range list.Runs {
-		if r.State == "running" {
-			n++
-		}
-	}
-	return n
-}
-
 // Kuruwa's own lifecycle reaches the session's runs: cancel ends a shell's run (INT is the
 // terminal's ^C, which the shell survives), and cleaning the instance with --force ends the runs
 // of its terminals.
@@ -256,7 +240,7 @@ func TestSessionInstanceCancelAndCleanEndRuns(t *testing.T) {
 	f.must(f.mgmt(), "cancel", "sh", "--signal", "INT")
 	f.must(f.mgmt(), "send", "sh", "echo still-$((6*7))", "--key", "Enter")
 	f.waitScreen(f.mgmt(), "sh", "still-42")
-	if n := f.runningIn(t, "a"); n != 2 {
+	if n := daemontest.LiveRuns(t, f.host, "a", "s"); n != 2 {
 		t.Fatalf("%d running runs after INT, want both shells", n)
 	}
 	f.must(f.mgmt(), "cancel", "sh")
@@ -268,9 +252,9 @@ func TestSessionInstanceCancelAndCleanEndRuns(t *testing.T) {
 	}
 	f.must(f.mgmt(), "clean", "--instance", "work", "--force")
 	deadline := time.Now().Add(10 * time.Second)
-	for f.runningIn(t, "a") != 0 {
+	for daemontest.LiveRuns(t, f.host, "a", "s") != 0 {
 		if time.Now().After(deadline) {
-			t.Fatalf("%d runs of the session outlived the instance", f.runningIn(t, "a"))
+			t.Fatalf("%d runs of the session outlived the instance", daemontest.LiveRuns(t, f.host, "a", "s"))
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
