@@ -10,7 +10,6 @@ import (
 	"path/filepath"
 	"slices"
 	"sort"
-	"strings"
 	"time"
 
 	"github.com/agext/levenshtein"
@@ -54,7 +53,7 @@ var Kinds = []string{KindCommand, KindAlloxSession}
 
 // SessionDef is an allox_session definition's workspace daemon.
 type SessionDef struct {
-	// Daemon is the workspace daemon's control endpoint: "http://HOST:PORT" or "unix:/PATH".
+	// Daemon is the workspace daemon's control listener: "http://HOST:PORT".
 	Daemon string
 	// TokenFile holds the bearer token the endpoint wants ("" for the guest's loopback listener).
 	TokenFile string
@@ -199,7 +198,7 @@ func decodeSessionDef(def Definition, c *hcl.BodyContent, body hcl.Body, ctx *hc
 	}
 	a, ok := c.Attributes["daemon"]
 	if !ok {
-		return def, append(diags, diag("Missing required argument", `an allox_session definition needs daemon, the workspace daemon's control endpoint, e.g. daemon = "http://127.0.0.1:8092" or "unix:/run/allox/control.sock".`, body.MissingItemRange()))
+		return def, append(diags, diag("Missing required argument", `an allox_session definition needs daemon, the workspace daemon's control listener, e.g. daemon = "http://127.0.0.1:8092".`, body.MissingItemRange()))
 	}
 	if d := gohcl.DecodeExpression(a.Expr, ctx, &def.Session.Daemon); d.HasErrors() {
 		diags = append(diags, d...)
@@ -241,17 +240,11 @@ func decodeReadyTimeout(c *hcl.BodyContent, ctx *hcl.EvalContext, def *Definitio
 	return nil
 }
 
-// CheckDaemon checks a workspace daemon endpoint: "http://HOST:PORT" or "unix:/ABSOLUTE/PATH".
+// CheckDaemon checks a workspace daemon endpoint: "http://HOST:PORT" (or https).
 func CheckDaemon(s string) error {
-	if p, ok := strings.CutPrefix(s, "unix:"); ok {
-		if !filepath.IsAbs(p) {
-			return fmt.Errorf("daemon %q: a unix endpoint needs an absolute path, e.g. \"unix:/run/allox/control.sock\"", s)
-		}
-		return nil
-	}
 	u, err := url.Parse(s)
 	if err != nil || u.Scheme != "http" && u.Scheme != "https" || u.Host == "" || u.Path != "" && u.Path != "/" {
-		return fmt.Errorf("daemon %q: use \"http://HOST:PORT\" (the workspace daemon's control listener, e.g. \"http://127.0.0.1:8092\") or \"unix:/PATH\"", s)
+		return fmt.Errorf("daemon %q: use \"http://HOST:PORT\", the workspace daemon's control listener (e.g. \"http://127.0.0.1:8092\", the guest's loopback listener)", s)
 	}
 	return nil
 }

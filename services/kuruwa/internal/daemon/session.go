@@ -68,9 +68,6 @@ func (d *Daemon) checkSession(def config.Definition, a *wire.InstanceArgs) error
 
 // SessionClient is an RPC client of an allox_session definition's workspace daemon.
 func SessionClient(sd *config.SessionDef) (*rpc.Client, error) {
-	if p, ok := strings.CutPrefix(sd.Daemon, "unix:"); ok {
-		return rpc.NewUnixClient(p), nil
-	}
 	token := ""
 	if sd.TokenFile != "" {
 		b, err := os.ReadFile(sd.TokenFile)
