@@ -73,8 +73,10 @@ const (
 // session s1 and a long-lived shell in it. The shell writes into HOME, which is the session's
 // current/; its process is in the session's cgroup; a rollback with kill_processes ends it, its
 // exit status is kept, and the file is gone. An unknown session is refused naming the field,
-// with nothing created; the restricted tenant's refusals hold; and the shell finds neither
-// Kuruwa's entries nor another session's workspace.
+// with nothing created; the restricted tenant's refusals hold, and a terminal grant gives it that
+// terminal's screen and input and nothing more, until a revoke; and the shell finds neither
+// Kuruwa's entries nor another session's workspace, nor a way to another session through the
+// loopback listener Kuruwa uses.
 func TestKuruwaSessionTerminalInGuest(t *testing.T) {
 	a := needApplianceIn(t, imageMode, filepath.Join(outDir(), kuruwaOut))
 	ctx := testContext(t, 2*bootBudget)
@@ -171,6 +173,26 @@ func TestKuruwaSessionTerminalInGuest(t *testing.T) {
 			if _, stderr, exit := k.kw(t, kuruwaAgent, tc.args...); exit == 0 || !strings.Contains(stderr, tc.want) {
 				t.Errorf("tenant agent: kuruwa %v: exit %d, stderr %q; want refused (%s)", tc.args, exit, stderr, tc.want)
 			}
+		}
+	})
+
+	t.Run("a terminal grant gives the tenant that terminal's screen and input, nothing more", func(t *testing.T) {
+		k.must(t, kuruwaManage, "grant", "agent", "--terminal", "sh")
+		k.must(t, kuruwaAgent, "send", "sh", "echo granted-$((6*7))", "--key", "Enter")
+		if out := k.must(t, kuruwaAgent, "screen", "sh", "--plain"); !strings.Contains(out, "granted-42") {
+			t.Errorf("the tenant's screen of its granted terminal:\n%s", out)
+		}
+		for _, args := range [][]string{{"cancel", "sh"}, {"clean", "sh", "--force"}, {"clean", "--instance", "work", "--force"}, {"start", "y", "--instance", "work"}} {
+			if _, stderr, exit := k.kw(t, kuruwaAgent, args...); exit == 0 || !strings.Contains(stderr, "forbidden") && !strings.Contains(stderr, "not_found") {
+				t.Errorf("tenant agent with a terminal grant: kuruwa %v: exit %d, stderr %q; want refused", args, exit, stderr)
+			}
+		}
+		k.must(t, kuruwaManage, "revoke", "agent", "--terminal", "sh")
+		if _, stderr, exit := k.kw(t, kuruwaAgent, "screen", "sh"); exit == 0 {
+			t.Errorf("screen after the revoke: exit 0, stderr %q; want refused", stderr)
+		}
+		if st := k.must(t, kuruwaManage, "status", "sh"); !strings.Contains(st, "running") {
+			t.Errorf("the revoke or the refused requests touched the terminal: %q", st)
 		}
 	})
 
