@@ -5,6 +5,7 @@ package daemontest
 
 import (
 	"bufio"
+	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -19,6 +20,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/allox-os/allox/internal/rpc"
 )
 
 const (
@@ -185,4 +188,20 @@ func Start(tb testing.TB, bin string, want int, args ...string) (*exec.Cmd, func
 		}
 	}
 	return cmd, wait, got
+}
+
+// LiveRuns counts the running runs of agent's session through c (process.list).
+func LiveRuns(tb testing.TB, c *rpc.Client, agent, session string) int {
+	tb.Helper()
+	var list struct{ Runs []rpc.Run }
+	if err := c.Call(context.Background(), rpc.ActionProcessList, map[string]any{"agent_id": agent, "session_id": session}, &list); err != nil {
+		tb.Fatal(err)
+	}
+	n := 0
+	for _, r := range list.Runs {
+		if r.State == "running" {
+			n++
+		}
+	}
+	return n
 }

@@ -33,8 +33,8 @@ func buildBinaries(ctx context.Context, s *state) error {
 		}
 		targets = append(targets, pluginTargets(svc.Plugins)...)
 	}
-	if hasDaemon(s.opt.Spec.Services) {
-		for _, prog := range spec.DaemonPrograms {
+	for _, pkg := range builtPackages(s.opt.Spec.Services) {
+		for _, prog := range spec.CompanionPrograms[pkg] {
 			targets = append(targets, target{Binary: rootfs.Binary{Path: prog.Path, Source: prog.Package}})
 		}
 	}
@@ -69,7 +69,7 @@ func buildBinaries(ctx context.Context, s *state) error {
 			}
 		}
 	}
-	if err := addDaemonFiles(s); err != nil {
+	if err := addCompanionFiles(s); err != nil {
 		return err
 	}
 	if len(pins) > 0 {
@@ -79,27 +79,35 @@ func buildBinaries(ctx context.Context, s *state) error {
 	return nil
 }
 
-// hasDaemon reports whether the image has the workspace daemon, which comes with its client.
-func hasDaemon(svcs []spec.Service) bool {
-	return slices.ContainsFunc(svcs, func(svc spec.Service) bool { return svc.Build == spec.DaemonPackage })
+// builtPackages are the distinct packages the services are built from, sorted: each brings its
+// companions (the workspace daemon its client, kuruwad the kuruwa CLI).
+func builtPackages(svcs []spec.Service) []string {
+	var pkgs []string
+	for _, svc := range svcs {
+		if svc.Build != "" {
+			pkgs = append(pkgs, svc.Build)
+		}
+	}
+	slices.Sort(pkgs)
+	return slices.Compact(pkgs)
 }
 
-// addDaemonFiles installs spec.DaemonFiles (read from the module) when the image has the daemon,
-// each an input of the provenance.
-func addDaemonFiles(s *state) error {
-	if !hasDaemon(s.opt.Spec.Services) {
-		return nil
-	}
-	for _, p := range slices.Sorted(maps.Keys(spec.DaemonFiles)) {
-		src := filepath.Join(s.opt.ModuleRoot, spec.DaemonFiles[p])
-		data, err := os.ReadFile(src)
-		if err != nil {
-			return fmt.Errorf("daemon file %s: %w", p, err)
+// addCompanionFiles installs spec.CompanionFiles (read from the module) of the packages the
+// services are built from, each an input of the provenance.
+func addCompanionFiles(s *state) error {
+	for _, pkg := range builtPackages(s.opt.Spec.Services) {
+		files := spec.CompanionFiles[pkg]
+		for _, p := range slices.Sorted(maps.Keys(files)) {
+			src := filepath.Join(s.opt.ModuleRoot, files[p])
+			data, err := os.ReadFile(src)
+			if err != nil {
+				return fmt.Errorf("file %s of %s: %w", p, pkg, err)
+			}
+			if err := s.prov.addInput("daemon-file", p, files[p], src); err != nil {
+				return err
+			}
+			s.files = append(s.files, rootfs.File{Path: p, Data: data})
 		}
-		if err := s.prov.addInput("daemon-file", p, spec.DaemonFiles[p], src); err != nil {
-			return err
-		}
-		s.files = append(s.files, rootfs.File{Path: p, Data: data})
 	}
 	return nil
 }

@@ -116,6 +116,27 @@ var DaemonFiles = map[string]string{
 	LibexecDir + "/share.py":   "services/allox/share.py",
 }
 
+// KuruwaPackage is the build package of Kuruwa's daemons (kuruwad), the appliance's optional
+// kuruwa service.
+const KuruwaPackage = "./services/kuruwa/cmd/kuruwad"
+
+// KuruwaConfigFile is where the kuruwa service's configuration is installed (its --config).
+const KuruwaConfigFile = "/etc/kuruwa/kuruwa.hcl"
+
+// CompanionPrograms are installed with every service built from the package named: the
+// workspace daemon's session client, and the kuruwa CLI beside kuruwad.
+var CompanionPrograms = map[string][]PluginProgram{
+	DaemonPackage: DaemonPrograms,
+	KuruwaPackage: {{Path: "/usr/bin/kuruwa", Package: "./services/kuruwa"}},
+}
+
+// CompanionFiles are the data files installed with every service built from the package
+// named, image path → source file relative to the module root.
+var CompanionFiles = map[string]map[string]string{
+	DaemonPackage: DaemonFiles,
+	KuruwaPackage: {KuruwaConfigFile: "services/kuruwa/appliance.hcl"},
+}
+
 // PluginTag is the Go build tag that links plugin name into a service: "allox_" followed by the
 // name with '-' replaced by '_' ("process-tree" → "allox_process_tree").
 func PluginTag(name string) string {

@@ -1,7 +1,6 @@
 package sshremote
 
 import (
-	"context"
 	"io"
 	"regexp"
 	"strings"
@@ -10,7 +9,7 @@ import (
 
 	"golang.org/x/crypto/ssh"
 
-	"github.com/allox-os/allox/internal/rpc"
+	"github.com/allox-os/allox/internal/daemontest"
 	"github.com/allox-os/allox/internal/testenv"
 )
 
@@ -32,15 +31,7 @@ func (f *fixture) fallbackShell(t *testing.T, name string) (*ssh.Client, *ssh.Se
 
 func (f *fixture) liveRuns(t *testing.T) int {
 	t.Helper()
-	var list struct{ Runs []rpc.Run }
-	must(t, f.host.Call(context.Background(), "process.list", map[string]any{"agent_id": "a", "session_id": "s"}, &list))
-	n := 0
-	for _, r := range list.Runs {
-		if r.State == "running" {
-			n++
-		}
-	}
-	return n
+	return daemontest.LiveRuns(t, f.host, "a", "s")
 }
 
 // The persistent terminal outlives the connection: the same shell, its variables and its screen

@@ -49,17 +49,34 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return runDaemon(ctx, *dir, *cfgPath, *verbose, stdout, stderr)
 	case "instance-daemon":
 		id := fs.String("id", "", "the instance id the main daemon assigned")
+		alloxDaemon := fs.String("allox-daemon", "", "an allox_session instance's workspace daemon: every terminal is a run of --agent's --session")
+		tokenFile := fs.String("allox-token-file", "", "the workspace daemon's bearer token")
+		agent := fs.String("agent", "", "the Allox agent")
+		session := fs.String("session", "", "the Allox session")
 		if err := fs.Parse(args[1:]); err != nil {
 			return err
 		}
 		if *id == "" {
 			return errors.New("instance-daemon needs --id; the main daemon starts it, not a person")
 		}
+		var spawner *instance.SessionSpawner
+		if *alloxDaemon != "" {
+			if *agent == "" || *session == "" {
+				return errors.New("instance-daemon --allox-daemon needs --agent and --session")
+			}
+			c, err := daemon.SessionClient(&config.SessionDef{Daemon: *alloxDaemon, TokenFile: *tokenFile})
+			if err != nil {
+				return err
+			}
+			spawner = &instance.SessionSpawner{Client: c, Agent: *agent, Session: *session}
+		}
 		ad, err := instance.Adopt()
 		if err != nil {
 			return err
 		}
-		return instance.NewServer(*id, ad.State).Serve(ctx, ad.Listener)
+		srv := instance.NewServer(*id, ad.State)
+		srv.Session = spawner
+		return srv.Serve(ctx, ad.Listener)
 	default:
 		return fmt.Errorf("unknown command %q: use daemon or instance-daemon", args[0])
 	}

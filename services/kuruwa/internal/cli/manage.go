@@ -15,16 +15,20 @@ func printInstances(c *Context, ins []wire.InstanceInfo) {
 		if !in.Valid {
 			state = "invalid"
 		}
-		fmt.Fprintf(c.Stdout, "%s\t%s\tdefinition=%s\towner=%s\t%s\tterminals=%d\n", in.Name, in.ID, in.Definition, in.Owner, state, in.Terminals)
+		session := ""
+		if in.Session != "" {
+			session = "\tsession=" + in.Agent + "/" + in.Session
+		}
+		fmt.Fprintf(c.Stdout, "%s\t%s\tdefinition=%s\towner=%s\t%s\tterminals=%d%s\n", in.Name, in.ID, in.Definition, in.Owner, state, in.Terminals, session)
 	}
 }
 
 func instanceStart(_ context.Context, c *Context, inv *invocation) error {
 	if len(inv.pos) != 1 {
-		return usagef("instance start needs one definition name: kuruwa instance start DEFINITION [--name N]")
+		return usagef("instance start needs one definition name: kuruwa instance start DEFINITION [--name N] [--agent A --session S]")
 	}
 	var info wire.InstanceInfo
-	if err := c.call(inv, "instance.start", wire.InstanceArgs{Definition: inv.pos[0], Name: inv.one("name")}, &info); err != nil {
+	if err := c.call(inv, "instance.start", wire.InstanceArgs{Definition: inv.pos[0], Name: inv.one("name"), Agent: inv.one("agent"), Session: inv.one("session")}, &info); err != nil {
 		return err
 	}
 	printInstances(c, []wire.InstanceInfo{info})

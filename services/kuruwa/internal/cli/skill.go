@@ -29,6 +29,9 @@ your tenant was granted. Creating a terminal always names its instance.
   kuruwa cancel build [--signal INT]        signal the terminal's process group
   kuruwa clean build [--force]              remove an exited (or, with --force, running) terminal
   kuruwa gc                                 remove every exited terminal you manage
+  kuruwa instance start session --agent A --session S   an instance whose terminals are runs of
+                                            that Allox session (HOME is its current/; a rollback
+                                            with kill_processes ends them: exited(137))
 
 Sending to TUIs (Codex, Claude Code and others): multi-line text goes as one bracketed paste
 when the program asked for it; keys go as separate writes after --settle (default 200ms),

@@ -35,7 +35,7 @@ func verbs() map[string]verb {
 		"gc":             {run: gc, help: "remove exited terminals and dead instances this entry manages"},
 		"attach":         {run: attach, help: "NAME: interactive attach (management entry or instance owner); detach with C-\\"},
 		"skill":          {run: skill, help: "print a usage guide for agents"},
-		"instance start": {flags: map[string]bool{"name": true}, run: instanceStart, help: "DEFINITION [--name N]: create a sandbox instance"},
+		"instance start": {flags: map[string]bool{"name": true, "agent": true, "session": true}, run: instanceStart, help: "DEFINITION [--name N] [--agent A --session S]: create a sandbox instance (in an Allox session for an allox_session definition)"},
 		"instance ls":    {flags: map[string]bool{"json": false}, run: instanceLs, help: "list instances"},
 		"tenant add":     {run: tenantAdd, help: "NAME: create a tenant and its entry (management entry)"},
 		"tenant rm":      {run: tenantRm, help: "NAME: remove a tenant, closing its connections"},

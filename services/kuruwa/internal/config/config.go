@@ -6,6 +6,9 @@ package config
 
 import (
 	"fmt"
+	"net/url"
+	"path/filepath"
+	"slices"
 	"sort"
 	"time"
 
@@ -26,13 +29,40 @@ const HostTenant = "host"
 // appended to Init; an empty Init (the host definition) runs the instance daemon directly.
 type Definition struct {
 	Name         string
+	Kind         string // KindCommand (init runs the instance daemon) or KindAlloxSession
 	Init         []string
 	Cleanup      []string
 	ReadyTimeout time.Duration
+	// Session is set for KindAlloxSession: where the session's runs are started.
+	Session *SessionDef
+}
+
+// Definition kinds.
+const (
+	// KindCommand: the trusted init builds the final environment and runs the instance daemon.
+	KindCommand = "command"
+	// KindAlloxSession: the instances' terminals are runs of an Allox session (process.exec on the
+	// workspace daemon): its current/ as HOME, its cgroup, limits and network mode, ended by its
+	// rollback with kill_processes. The instance daemon runs beside the workspace daemon and only
+	// brokers; each instance names its agent and session when it is created.
+	KindAlloxSession = "allox_session"
+)
+
+// Kinds are the definition kinds.
+var Kinds = []string{KindCommand, KindAlloxSession}
+
+// SessionDef is an allox_session definition's workspace daemon.
+type SessionDef struct {
+	// Daemon is the workspace daemon's control listener: "http://HOST:PORT".
+	Daemon string
+	// TokenFile holds the bearer token the endpoint wants ("" for the guest's loopback listener).
+	TokenFile string
+	// Agent, when set, is the only agent whose sessions the definition's instances may use.
+	Agent string
 }
 
 func hostDefinition() Definition {
-	return Definition{Name: HostDefinition, ReadyTimeout: 5 * time.Second}
+	return Definition{Name: HostDefinition, Kind: KindCommand, ReadyTimeout: 5 * time.Second}
 }
 
 // Tenant is a declared tenant and the definitions it may instantiate.
@@ -61,7 +91,8 @@ var rootSchema = &hcl.BodySchema{Blocks: []hcl.BlockHeaderSchema{
 }}
 
 var definitionSchema = &hcl.BodySchema{Attributes: []hcl.AttributeSchema{
-	{Name: "init", Required: true}, {Name: "cleanup"}, {Name: "ready_timeout"},
+	{Name: "kind"}, {Name: "init"}, {Name: "cleanup"}, {Name: "ready_timeout"},
+	{Name: "daemon"}, {Name: "token_file"}, {Name: "agent"},
 }}
 
 var tenantSchema = &hcl.BodySchema{Attributes: []hcl.AttributeSchema{{Name: "definitions"}}}
@@ -123,8 +154,26 @@ func Parse(src []byte, filename string, vars Vars) (*Config, hcl.Diagnostics) {
 }
 
 func decodeDefinition(name string, body hcl.Body, ctx *hcl.EvalContext) (Definition, hcl.Diagnostics) {
-	def := Definition{Name: name, ReadyTimeout: 5 * time.Second}
+	def := Definition{Name: name, Kind: KindCommand, ReadyTimeout: 5 * time.Second}
 	c, diags := body.Content(definitionSchema)
+	if a, ok := c.Attributes["kind"]; ok {
+		if d := gohcl.DecodeExpression(a.Expr, ctx, &def.Kind); d.HasErrors() {
+			diags = append(diags, d...)
+		} else if !slices.Contains(Kinds, def.Kind) {
+			diags = append(diags, diag("Unknown definition kind", fmt.Sprintf("kind %q: use %q (an init that runs the instance daemon) or %q (terminals that are runs of an Allox session).%s", def.Kind, KindCommand, KindAlloxSession, didYouMean(def.Kind, Kinds)), a.Expr.Range()))
+		}
+	}
+	if def.Kind == KindAlloxSession {
+		return decodeSessionDef(def, c, body, ctx, diags)
+	}
+	for _, n := range []string{"daemon", "token_file", "agent"} {
+		if a, ok := c.Attributes[n]; ok {
+			diags = append(diags, diag("Attribute of another kind", fmt.Sprintf("%s belongs to kind = %q definitions; add that kind or remove %s.", n, KindAlloxSession, n), a.NameRange))
+		}
+	}
+	if _, ok := c.Attributes["init"]; !ok {
+		diags = append(diags, diag("Missing required argument", `The argument "init" is required: the trusted init program and its arguments, e.g. ["bwrap", "--ro-bind", "/", "/", "--"] (or kind = "allox_session").`, body.MissingItemRange()))
+	}
 	if a, ok := c.Attributes["init"]; ok {
 		diags = append(diags, gohcl.DecodeExpression(a.Expr, ctx, &def.Init)...)
 		if len(def.Init) == 0 && !diags.HasErrors() {
@@ -134,17 +183,70 @@ func decodeDefinition(name string, body hcl.Body, ctx *hcl.EvalContext) (Definit
 	if a, ok := c.Attributes["cleanup"]; ok {
 		diags = append(diags, gohcl.DecodeExpression(a.Expr, ctx, &def.Cleanup)...)
 	}
-	if a, ok := c.Attributes["ready_timeout"]; ok {
-		var s string
-		if d := gohcl.DecodeExpression(a.Expr, ctx, &s); d.HasErrors() {
-			diags = append(diags, d...)
-		} else if dur, err := time.ParseDuration(s); err != nil || dur <= 0 || dur > 10*time.Minute {
-			diags = append(diags, diag("Invalid ready_timeout", fmt.Sprintf("ready_timeout %q must be a duration between 1ms and 10m, e.g. \"5s\".", s), a.Expr.Range()))
-		} else {
-			def.ReadyTimeout = dur
+	diags = append(diags, decodeReadyTimeout(c, ctx, &def)...)
+	return def, diags
+}
+
+// decodeSessionDef decodes the rest of a kind = "allox_session" definition: it has no init (its
+// instance daemon runs directly, beside the workspace daemon) and names that daemon.
+func decodeSessionDef(def Definition, c *hcl.BodyContent, body hcl.Body, ctx *hcl.EvalContext, diags hcl.Diagnostics) (Definition, hcl.Diagnostics) {
+	def.Session = &SessionDef{}
+	for _, n := range []string{"init", "cleanup"} {
+		if a, ok := c.Attributes[n]; ok {
+			diags = append(diags, diag("Attribute of another kind", fmt.Sprintf("an allox_session definition has no %s: its terminals are runs of the session, started by the workspace daemon; remove %s.", n, n), a.NameRange))
 		}
 	}
+	a, ok := c.Attributes["daemon"]
+	if !ok {
+		return def, append(diags, diag("Missing required argument", `an allox_session definition needs daemon, the workspace daemon's control listener, e.g. daemon = "http://127.0.0.1:8092".`, body.MissingItemRange()))
+	}
+	if d := gohcl.DecodeExpression(a.Expr, ctx, &def.Session.Daemon); d.HasErrors() {
+		diags = append(diags, d...)
+	} else if err := CheckDaemon(def.Session.Daemon); err != nil {
+		diags = append(diags, diag("Invalid daemon", err.Error(), a.Expr.Range()))
+	}
+	if a, ok := c.Attributes["token_file"]; ok {
+		if d := gohcl.DecodeExpression(a.Expr, ctx, &def.Session.TokenFile); d.HasErrors() {
+			diags = append(diags, d...)
+		} else if !filepath.IsAbs(def.Session.TokenFile) {
+			diags = append(diags, diag("Invalid token_file", fmt.Sprintf("token_file %q must be an absolute path, e.g. \"/run/allox/rpc-token\".", def.Session.TokenFile), a.Expr.Range()))
+		}
+	}
+	if a, ok := c.Attributes["agent"]; ok {
+		if d := gohcl.DecodeExpression(a.Expr, ctx, &def.Session.Agent); d.HasErrors() {
+			diags = append(diags, d...)
+		} else if def.Session.Agent == "" {
+			diags = append(diags, diag("Empty agent", "agent pins the agent whose sessions the instances use; name one or remove the attribute.", a.Expr.Range()))
+		}
+	}
+	diags = append(diags, decodeReadyTimeout(c, ctx, &def)...)
 	return def, diags
+}
+
+func decodeReadyTimeout(c *hcl.BodyContent, ctx *hcl.EvalContext, def *Definition) hcl.Diagnostics {
+	a, ok := c.Attributes["ready_timeout"]
+	if !ok {
+		return nil
+	}
+	var s string
+	if d := gohcl.DecodeExpression(a.Expr, ctx, &s); d.HasErrors() {
+		return d
+	}
+	dur, err := time.ParseDuration(s)
+	if err != nil || dur <= 0 || dur > 10*time.Minute {
+		return hcl.Diagnostics{diag("Invalid ready_timeout", fmt.Sprintf("ready_timeout %q must be a duration between 1ms and 10m, e.g. \"5s\".", s), a.Expr.Range())}
+	}
+	def.ReadyTimeout = dur
+	return nil
+}
+
+// CheckDaemon checks a workspace daemon endpoint: "http://HOST:PORT" (or https).
+func CheckDaemon(s string) error {
+	u, err := url.Parse(s)
+	if err != nil || u.Scheme != "http" && u.Scheme != "https" || u.Host == "" || u.Path != "" && u.Path != "/" {
+		return fmt.Errorf("daemon %q: use \"http://HOST:PORT\", the workspace daemon's control listener (e.g. \"http://127.0.0.1:8092\", the guest's loopback listener)", s)
+	}
+	return nil
 }
 
 func decodeTenant(b *hcl.Block, ctx *hcl.EvalContext, cfg *Config) (Tenant, hcl.Diagnostics) {

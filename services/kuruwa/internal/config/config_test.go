@@ -27,11 +27,31 @@ tenant "agent" {
 	want := &Config{
 		Definitions: map[string]Definition{
 			"host": hostDefinition(),
-			"box":  {Name: "box", Init: []string{"bwrap", "--tmpfs", "/run/k", "--"}, Cleanup: []string{"/bin/kuruwa", "cleanup"}, ReadyTimeout: 2 * time.Second},
+			"box":  {Name: "box", Kind: KindCommand, Init: []string{"bwrap", "--tmpfs", "/run/k", "--"}, Cleanup: []string{"/bin/kuruwa", "cleanup"}, ReadyTimeout: 2 * time.Second},
 		},
 		Tenants: map[string]Tenant{"agent": {Name: "agent", Definitions: []string{"box", "host"}}},
 	}
 	if diff := cmp.Diff(want, cfg); diff != "" {
+		t.Fatalf("(-want +got):\n%s", diff)
+	}
+}
+
+func TestParseSessionDefinition(t *testing.T) {
+	src := `
+definition "shell" {
+  kind       = "allox_session"
+  daemon     = "http://127.0.0.1:8092"
+  token_file = "/run/allox/rpc-token"
+  agent      = "a"
+}
+`
+	cfg, diags := Parse([]byte(src), "k.hcl", Vars{})
+	if diags.HasErrors() {
+		t.Fatal(diags)
+	}
+	want := Definition{Name: "shell", Kind: KindAlloxSession, ReadyTimeout: 5 * time.Second,
+		Session: &SessionDef{Daemon: "http://127.0.0.1:8092", TokenFile: "/run/allox/rpc-token", Agent: "a"}}
+	if diff := cmp.Diff(want, cfg.Definitions["shell"]); diff != "" {
 		t.Fatalf("(-want +got):\n%s", diff)
 	}
 }
@@ -57,6 +77,21 @@ definition "b" { init = ["y"] }`, `k.hcl:2:12: error: Duplicate definition`},
   ready_timeout = "soon"
 }`, `ready_timeout "soon" must be a duration`},
 		{"bad name", `tenant "../x" {}`, `must start with a letter or digit`},
+		{"unknown kind", `definition "b" { kind = "allox-session" }`, `Did you mean "allox_session"?`},
+		{"session without daemon", `definition "b" { kind = "allox_session" }`, `needs daemon`},
+		{"session with init", `definition "b" {
+  kind = "allox_session"
+  daemon = "http://127.0.0.1:8092"
+  init = ["bwrap"]
+}`, `k.hcl:4:3: error: Attribute of another kind`},
+		{"session bad daemon", `definition "b" {
+  kind = "allox_session"
+  daemon = "127.0.0.1:8092"
+}`, `use "http://HOST:PORT"`},
+		{"daemon on a command definition", `definition "b" {
+  init = ["x"]
+  daemon = "http://127.0.0.1:8092"
+}`, `daemon belongs to kind = "allox_session" definitions`},
 		{"unknown block", `sandbox "x" {}`, `Unsupported block type`},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -23,6 +23,7 @@ import (
 	"github.com/allox-os/allox/internal/atomicfile"
 	"github.com/allox-os/allox/services/kuruwa/internal/config"
 	"github.com/allox-os/allox/services/kuruwa/internal/entry"
+	"github.com/allox-os/allox/services/kuruwa/internal/wire"
 )
 
 // Daemon is the main daemon.
@@ -112,14 +113,26 @@ func (d *Daemon) TenantEntry(name string) string {
 	return filepath.Join(d.dir, "tenants", name, "sock")
 }
 
-// Run opens the entries, starts the host instance and serves until ctx ends; then it destroys
+// Run starts the host instance, opens the entries and serves until ctx ends; then it destroys
 // every instance it started and removes its sockets.
 func (d *Daemon) Run(ctx context.Context, ready func()) error {
 	host := &tenant{name: config.HostTenant, persistent: true, defs: map[string]bool{}, insts: map[string]bool{}, terms: map[string]bool{}}
+	d.tenants[host.name] = host
+	// The host instance is ready before any entry answers: a client that reached an entry (or
+	// init, which waits for the management socket) can start terminals in it at once.
+	for _, sub := range []string{"inst", "state"} {
+		if err := entry.SecureDir(filepath.Join(d.dir, sub)); err != nil {
+			return err
+		}
+	}
+	if _, err := d.createInstance(host, wire.InstanceArgs{Definition: config.HostDefinition, Name: config.HostDefinition}); err != nil {
+		d.shutdown()
+		return fmt.Errorf("host instance: %w", err)
+	}
 	if err := d.openEntry(host, filepath.Join(d.dir, "manage")); err != nil {
+		d.shutdown()
 		return err
 	}
-	d.tenants[host.name] = host
 	for _, name := range sortedKeys(d.cfg.Tenants) {
 		ct := d.cfg.Tenants[name]
 		t := &tenant{name: name, persistent: true, defs: map[string]bool{}, insts: map[string]bool{}, terms: map[string]bool{}}
@@ -131,18 +144,6 @@ func (d *Daemon) Run(ctx context.Context, ready func()) error {
 			return err
 		}
 		d.tenants[name] = t
-	}
-	if err := entry.SecureDir(filepath.Join(d.dir, "inst")); err != nil {
-		d.shutdown()
-		return err
-	}
-	if err := entry.SecureDir(filepath.Join(d.dir, "state")); err != nil {
-		d.shutdown()
-		return err
-	}
-	if _, err := d.createInstance(host, config.HostDefinition, config.HostDefinition); err != nil {
-		d.shutdown()
-		return fmt.Errorf("host instance: %w", err)
 	}
 	d.log.Info("serving", "dir", d.dir, "generation", d.gen, "management", d.ManagementEntry())
 	if ready != nil {

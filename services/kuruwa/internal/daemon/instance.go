@@ -21,6 +21,7 @@ import (
 // instance is a sandbox instance served by its own instance daemon.
 type instance struct {
 	id, name, def, owner string
+	agent, session       string // an allox_session instance's
 	sock                 string // the outer path of its listener, which this daemon bound
 	state                string // transcripts and the instance daemon's log
 	cmd                  *exec.Cmd
@@ -39,9 +40,13 @@ func (d *Daemon) nextID(prefix string) string {
 // createInstance starts an instance of def for t. It is handed out only once its instance
 // daemon answered on the adopted listener; an init that fails or never gets there is killed
 // and cleaned up.
-func (d *Daemon) createInstance(t *tenant, defName, name string) (*instance, error) {
-	d.mu.Lock()
+func (d *Daemon) createInstance(t *tenant, a wire.InstanceArgs) (*instance, error) {
+	defName, name := a.Definition, a.Name
 	def := d.cfg.Definitions[defName]
+	if err := d.checkSession(def, &a); err != nil {
+		return nil, err
+	}
+	d.mu.Lock()
 	if name == "" {
 		name = fmt.Sprintf("%s-%d", defName, d.seq+1)
 	}
@@ -53,7 +58,7 @@ func (d *Daemon) createInstance(t *tenant, defName, name string) (*instance, err
 		d.mu.Unlock()
 		return nil, wire.Errorf(wire.CodeConflict, "name", "an instance named %q exists; choose another name or clean it", name)
 	}
-	in := &instance{id: d.nextID("i"), name: name, def: defName, owner: t.name, exited: make(chan struct{}), launching: true}
+	in := &instance{id: d.nextID("i"), name: name, def: defName, owner: t.name, agent: a.Agent, session: a.Session, exited: make(chan struct{}), launching: true}
 	in.sock = filepath.Join(d.dir, "inst", in.id, "sock")
 	in.state = filepath.Join(d.dir, "state", in.id)
 	d.instances[in.id] = in // reserved, not valid: no request reaches it yet
@@ -116,6 +121,12 @@ func (d *Daemon) launch(in *instance, def config.Definition) error {
 	}
 	defer logf.Close()
 	argv := append(append([]string{}, def.Init...), d.self, "instance-daemon", "--id", in.id)
+	if sd := def.Session; sd != nil {
+		argv = append(argv, "--allox-daemon", sd.Daemon, "--agent", in.agent, "--session", in.session)
+		if sd.TokenFile != "" {
+			argv = append(argv, "--allox-token-file", sd.TokenFile)
+		}
+	}
 	cmd := exec.Command(argv[0], argv[1:]...)
 	cmd.ExtraFiles = []*os.File{lf, sf}
 	cmd.Env = append(instanceEnv(), instd.EnvListenFD+"=3", instd.EnvStateFD+"=4")

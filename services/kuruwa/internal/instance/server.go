@@ -22,6 +22,9 @@ type Server struct {
 	state *os.File
 	env   []string
 
+	// Session, when set, makes every terminal a run of that Allox session (SessionSpawner).
+	Session *SessionSpawner
+
 	mu    sync.Mutex
 	terms map[string]*entry // by terminal id
 	stop  chan struct{}
@@ -123,8 +126,8 @@ func (s *Server) start(a wire.StartArgs) (wire.TermInfo, error) {
 	argv := a.Argv
 	if len(argv) == 0 {
 		sh := os.Getenv("SHELL")
-		if sh == "" {
-			sh = "/bin/sh"
+		if sh == "" || s.Session != nil {
+			sh = "/bin/sh" // a session's sandbox has its own userland
 		}
 		argv = []string{sh}
 	}
@@ -147,12 +150,23 @@ func (s *Server) start(a wire.StartArgs) (wire.TermInfo, error) {
 	if err != nil {
 		return wire.TermInfo{}, wire.Errorf(wire.CodeInternal, "", "create transcript: %v", err)
 	}
-	env := append(append([]string{}, s.env...), "KURUWA_TERMINAL="+a.Name)
+	base := s.env
+	if s.Session != nil {
+		base = nil // the session's runs have the sandbox's environment, not this daemon's
+	}
+	env := append(append([]string{}, base...), "KURUWA_TERMINAL="+a.Name)
 	env = append(env, a.Env...)
-	t, err := term.Start(term.Spec{
+	spec := term.Spec{
 		Argv: argv, Dir: a.Dir, Env: env, Cols: cols, Rows: rows,
 		RingBytes: 1 << 20, ScrollbackLines: 10000,
-	}, os.NewFile(uintptr(fd), a.ID+".transcript"))
+	}
+	transcript := os.NewFile(uintptr(fd), a.ID+".transcript")
+	var t *term.Terminal
+	if s.Session != nil {
+		t, err = s.Session.Start(spec, transcript)
+	} else {
+		t, err = term.Start(spec, transcript)
+	}
 	if err != nil {
 		_ = unix.Close(fd)
 		_ = unix.Unlinkat(int(s.state.Fd()), a.ID+".transcript", 0)

@@ -109,6 +109,9 @@ type TermInfo struct {
 type InstanceArgs struct {
 	Definition string `json:"definition"`
 	Name       string `json:"name,omitempty"`
+	// Agent and Session name the Allox session of an allox_session definition's instance.
+	Agent   string `json:"agent,omitempty"`
+	Session string `json:"session,omitempty"`
 }
 
 // InstanceInfo describes an instance.
@@ -119,8 +122,10 @@ type InstanceInfo struct {
 	Owner      string `json:"owner"`
 	Valid      bool   `json:"valid"`
 	Terminals  int    `json:"terminals"`
-	Socket     string `json:"socket,omitempty"` // the outer path, shown to the management entry
-	PID        int    `json:"pid,omitempty"`    // the init's pid, shown to the management entry
+	Agent      string `json:"agent,omitempty"`   // an allox_session instance's agent and session
+	Session    string `json:"session,omitempty"` //
+	Socket     string `json:"socket,omitempty"`  // the outer path, shown to the management entry
+	PID        int    `json:"pid,omitempty"`     // the init's pid, shown to the management entry
 }
 
 // GrantArgs grants or revokes: exactly one of Definition, Instance, Terminal.
