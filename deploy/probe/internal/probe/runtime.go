@@ -23,6 +23,23 @@ type VMSnapshotter interface {
 	SnapshotVM(ctx context.Context, name string) error
 }
 
+// Diagnoser is a Sandbox that can say why its host listener does not answer at bridgeEndpoint:
+// FaultListenerLost, FaultEndpointStale or FaultBridgeUnreachable.
+type Diagnoser interface {
+	Diagnose(ctx context.Context, bridgeEndpoint string) FaultClass
+}
+
+// Rebinder is a Sandbox that can bind its host listener's forward again (rebind).
+type Rebinder interface {
+	Rebind(ctx context.Context) error
+}
+
+// EndpointRefresher is a Sandbox that can read its host listener's endpoint again (local
+// endpoint refresh); Endpoint then returns the new one.
+type EndpointRefresher interface {
+	RefreshEndpoint(ctx context.Context) error
+}
+
 // Runtime boots Worker Sandboxes of one kind (spec.RuntimeQEMU, spec.RuntimeProcess).
 type Runtime interface {
 	Boot(ctx context.Context, d spec.DevBox) (Sandbox, error)
