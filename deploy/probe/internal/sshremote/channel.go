@@ -20,13 +20,16 @@ type Channel struct {
 	srv *Server
 
 	mu     sync.Mutex
-	boxes  map[string]probe.Sandbox // by DevBox
-	served map[string]string        // "agent/session" → the DevBox whose sandbox has it
+	boxes  map[string]*attached // by DevBox
+	served map[string]string    // "agent/session" → the DevBox whose sandbox has it
 }
+
+// attached is one Attach of a sandbox: each ends on its own.
+type attached struct{ sb probe.Sandbox }
 
 // NewChannel makes the channel's SSH endpoint from cfg; cfg.Appliance is the channel's own.
 func NewChannel(cfg Config) (*Channel, error) {
-	c := &Channel{boxes: map[string]probe.Sandbox{}, served: map[string]string{}}
+	c := &Channel{boxes: map[string]*attached{}, served: map[string]string{}}
 	cfg.Appliance = c.appliance
 	srv, err := New(cfg)
 	if err != nil {
@@ -44,8 +47,9 @@ func (c *Channel) Name() string { return "ssh_remote" }
 
 // Attach serves logins to the sessions of devbox's sandbox until ctx ends.
 func (c *Channel) Attach(ctx context.Context, devbox string, sb probe.Sandbox, _ func(probe.Fault)) {
+	a := &attached{sb}
 	c.mu.Lock()
-	c.boxes[devbox] = sb
+	c.boxes[devbox] = a
 	c.mu.Unlock()
 	go func() {
 		select {
@@ -53,7 +57,7 @@ func (c *Channel) Attach(ctx context.Context, devbox string, sb probe.Sandbox, _
 		case <-sb.Done():
 		}
 		c.mu.Lock()
-		if c.boxes[devbox] == sb {
+		if c.boxes[devbox] == a { // not a later Attach of the same sandbox (a re-issued boot adopts it again)
 			delete(c.boxes, devbox)
 		}
 		c.mu.Unlock()
@@ -72,8 +76,8 @@ func (c *Channel) appliance(agent, session string) (Appliance, error) {
 	c.mu.Lock()
 	names := make([]string, 0, len(c.boxes))
 	boxes := make([]probe.Sandbox, 0, len(c.boxes))
-	for name, sb := range c.boxes {
-		names, boxes = append(names, name), append(boxes, sb)
+	for name, a := range c.boxes {
+		names, boxes = append(names, name), append(boxes, a.sb)
 	}
 	c.mu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
