@@ -48,16 +48,33 @@ type Runtime interface {
 // ErrNoRuntime: the DevBox names a runtime this host does not offer.
 var ErrNoRuntime = errors.New("runtime not offered by this host")
 
-// HostRuntime is the Host Runtime Manager: the Worker Sandboxes of this host, by DevBox.
+// HostRuntime is the Host Runtime Manager: the Worker Sandboxes of this host, by DevBox. A boot
+// holds only its own DevBox's lock: a boot is long (minutes under TCG), and the heartbeat (Count)
+// and other DevBoxes' boots must not wait for it.
 type HostRuntime struct {
 	runtimes map[string]Runtime
 	mu       sync.Mutex
 	boxes    map[string]Sandbox
+	booting  map[string]bool
+	names    map[string]*sync.Mutex
 }
 
 // NewHostRuntime offers the runtimes given by name.
 func NewHostRuntime(runtimes map[string]Runtime) *HostRuntime {
-	return &HostRuntime{runtimes: runtimes, boxes: map[string]Sandbox{}}
+	return &HostRuntime{runtimes: runtimes, boxes: map[string]Sandbox{}, booting: map[string]bool{}, names: map[string]*sync.Mutex{}}
+}
+
+// lock serializes the lifecycle operations of one DevBox.
+func (h *HostRuntime) lock(name string) (unlock func()) {
+	h.mu.Lock()
+	m := h.names[name]
+	if m == nil {
+		m = &sync.Mutex{}
+		h.names[name] = m
+	}
+	h.mu.Unlock()
+	m.Lock()
+	return m.Unlock
 }
 
 // Names lists the runtimes offered.
@@ -73,20 +90,31 @@ func (h *HostRuntime) Names() []string {
 
 // Ensure returns d's running sandbox, booting it when there is none (or it exited).
 func (h *HostRuntime) Ensure(ctx context.Context, d spec.DevBox) (Sandbox, error) {
+	defer h.lock(d.Name)()
+	return h.ensure(ctx, d)
+}
+
+func (h *HostRuntime) ensure(ctx context.Context, d spec.DevBox) (Sandbox, error) {
 	h.mu.Lock()
-	defer h.mu.Unlock()
 	if sb, ok := h.boxes[d.Name]; ok {
 		select {
 		case <-sb.Done():
 		default:
+			h.mu.Unlock()
 			return sb, nil
 		}
 	}
 	rt := h.runtimes[d.Runtime]
 	if rt == nil {
+		h.mu.Unlock()
 		return nil, fmt.Errorf("devbox %s: runtime %q: %w (this host offers %v)", d.Name, d.Runtime, ErrNoRuntime, h.Names())
 	}
+	h.booting[d.Name] = true // a slot in use while it boots
+	h.mu.Unlock()
 	sb, err := rt.Boot(ctx, d)
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	delete(h.booting, d.Name)
 	if err != nil {
 		return nil, fmt.Errorf("devbox %s: boot: %w", d.Name, err)
 	}
@@ -96,10 +124,11 @@ func (h *HostRuntime) Ensure(ctx context.Context, d spec.DevBox) (Sandbox, error
 
 // Restart stops d's sandbox and boots it again (a self-heal action).
 func (h *HostRuntime) Restart(ctx context.Context, d spec.DevBox) (Sandbox, error) {
-	if err := h.Stop(ctx, d.Name); err != nil {
+	defer h.lock(d.Name)()
+	if err := h.stop(ctx, d.Name); err != nil {
 		return nil, err
 	}
-	return h.Ensure(ctx, d)
+	return h.ensure(ctx, d)
 }
 
 // Get returns d's sandbox, if it has one.
@@ -112,6 +141,11 @@ func (h *HostRuntime) Get(name string) (Sandbox, bool) {
 
 // Stop stops name's sandbox; stopping one that does not run is not an error.
 func (h *HostRuntime) Stop(ctx context.Context, name string) error {
+	defer h.lock(name)()
+	return h.stop(ctx, name)
+}
+
+func (h *HostRuntime) stop(ctx context.Context, name string) error {
 	h.mu.Lock()
 	sb, ok := h.boxes[name]
 	delete(h.boxes, name)
@@ -122,9 +156,15 @@ func (h *HostRuntime) Stop(ctx context.Context, name string) error {
 	return sb.Stop(ctx)
 }
 
-// Count is the number of sandboxes held.
+// Count is the number of sandboxes held or booting.
 func (h *HostRuntime) Count() int {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	return len(h.boxes)
+	n := len(h.boxes)
+	for name := range h.booting {
+		if h.boxes[name] == nil {
+			n++
+		}
+	}
+	return n
 }
