@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"sync"
 	"time"
 
 	"github.com/allox-os/allox/deploy/probe/internal/spec"
@@ -77,17 +76,7 @@ func (p *Probe) Execute(ctx context.Context, in wire.Intent) {
 	p.events.Emit(ev)
 }
 
-func (p *Probe) lockDevBox(name string) (unlock func()) {
-	p.mu.Lock()
-	m := p.devboxMu[name]
-	if m == nil {
-		m = &sync.Mutex{}
-		p.devboxMu[name] = m
-	}
-	p.mu.Unlock()
-	m.Lock()
-	return m.Unlock
-}
+func (p *Probe) lockDevBox(name string) (unlock func()) { return p.devboxMu.lock(name) }
 
 func (p *Probe) apply(ctx context.Context, in wire.Intent, gen int64) (json.RawMessage, error) {
 	switch in.Kind {

@@ -56,23 +56,34 @@ type HostRuntime struct {
 	mu       sync.Mutex
 	boxes    map[string]Sandbox
 	booting  map[string]bool
-	names    map[string]*sync.Mutex
+	names    keyedMutex
 }
 
 // NewHostRuntime offers the runtimes given by name.
 func NewHostRuntime(runtimes map[string]Runtime) *HostRuntime {
-	return &HostRuntime{runtimes: runtimes, boxes: map[string]Sandbox{}, booting: map[string]bool{}, names: map[string]*sync.Mutex{}}
+	return &HostRuntime{runtimes: runtimes, boxes: map[string]Sandbox{}, booting: map[string]bool{}}
 }
 
 // lock serializes the lifecycle operations of one DevBox.
-func (h *HostRuntime) lock(name string) (unlock func()) {
-	h.mu.Lock()
-	m := h.names[name]
+func (h *HostRuntime) lock(name string) (unlock func()) { return h.names.lock(name) }
+
+// keyedMutex is a mutex per name; the zero value is ready.
+type keyedMutex struct {
+	mu sync.Mutex
+	m  map[string]*sync.Mutex
+}
+
+func (k *keyedMutex) lock(name string) (unlock func()) {
+	k.mu.Lock()
+	if k.m == nil {
+		k.m = map[string]*sync.Mutex{}
+	}
+	m := k.m[name]
 	if m == nil {
 		m = &sync.Mutex{}
-		h.names[name] = m
+		k.m[name] = m
 	}
-	h.mu.Unlock()
+	k.mu.Unlock()
 	m.Lock()
 	return m.Unlock
 }
