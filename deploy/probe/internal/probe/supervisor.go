@@ -274,7 +274,13 @@ func (p *Probe) retryBoot(ctx context.Context, b *box, d spec.DevBox, trace stri
 	current := p.boxes[d.Name] == b
 	p.mu.Unlock()
 	if !current {
-		return errors.New("the devbox was stopped or booted again meanwhile")
+		return errors.New("the devbox was stopped meanwhile")
+	}
+	b.mu.Lock()
+	booted := b.bootErr == nil
+	b.mu.Unlock()
+	if booted {
+		return nil // a boot intent re-issued meanwhile booted it
 	}
 	p.fenceMu.Lock()
 	gen := p.fenceGen
