@@ -91,7 +91,7 @@ var adoptedRE = regexp.MustCompile(`adopted its running VM \(pid (\d+)\)`)
 func TestQEMUSandboxAdoptedAfterProbeRestart(t *testing.T) {
 	out, f, gwURL, gw := vmFleet(t)
 	state := shortDir(t)
-	t.Cleanup(func() { killSandboxes(state) })
+	t.Cleanup(func() { killSandboxes(state) }) // QEMU outlives the Probe by design
 	h := &probeHost{name: "vmhost", state: state, args: []string{"serve", "--gateway", gwURL, "--host", "vmhost", "--pki", f.pki, "--state", state,
 		"--slots", "1", "--appliance", out, "--supervise-every", "200ms", "--ssh-listen", "127.0.0.1:0", "--ssh-user-ca", f.pki + "/ssh-ca.pub",
 		"--heal-attempts", "6", "--heal-backoff", "1s", "--heal-max-backoff", "2s"}}

@@ -48,6 +48,7 @@ func vmFleet(t *testing.T) (out string, f *fleet, gwURL string, gw *proc) {
 func TestApplianceEndToEnd(t *testing.T) {
 	out, f, gwURL, _ := vmFleet(t)
 	state := shortDir(t)
+	t.Cleanup(func() { killSandboxes(state) }) // QEMU outlives the Probe by design
 	probeProc := start(t, "vmhost", bins(t)["probe"], "serve", "--gateway", gwURL, "--host", "vmhost", "--pki", f.pki, "--state", state,
 		"--slots", "1", "--appliance", out, "--supervise-every", "200ms",
 		"--ssh-listen", "127.0.0.1:0", "--ssh-user-ca", f.pki+"/ssh-ca.pub")
