@@ -30,22 +30,31 @@ devbox "vmbox" {
 }
 `
 
-// End to end with the real appliance under QEMU: apply a DevBox → the Gateway places it → the
-// Probe boots the appliance, creates the agent and session and reports phases and capabilities →
-// a session checkpoint and a rollback through the Gateway, and a VM snapshot over QMP → stop.
-func TestApplianceEndToEnd(t *testing.T) {
-	out := testenv.NeedOut(t, artifact.Boot, artifact.Kernel, artifact.Rootfs)
+// vmFleet is the appliance's output directory, a PKI with the Gateway's SSH CA, a Gateway, and
+// the certificate of the Probe of host vmhost.
+func vmFleet(t *testing.T) (out string, f *fleet, gwURL string, gw *proc) {
+	t.Helper()
+	out = testenv.NeedOut(t, artifact.Boot, artifact.Kernel, artifact.Rootfs)
 	testenv.Tool(t, "qemu-system-x86_64", "apt-get install qemu-system-x86")
-	f := newFleet(t)
+	f = newFleet(t)
 	if out, err := execCmd(bins(t)["gateway"], "ca", "ssh-init", "--dir", f.pki); err != nil {
 		t.Fatalf("gateway ca ssh-init: %v %s", err, out)
 	}
 	// Slower leases than the other tests': a TCG guest on a shared machine starves the host.
-	gwURL, _, _ := f.gateway("a", "", "--renew-every", "1s", "--stop-after", "8s", "--lost-after", "12s")
+	gwURL, _, gw = f.gateway("a", "", "--renew-every", "1s", "--stop-after", "8s", "--lost-after", "12s")
 	if err := f.ca.IssueFiles(f.pki, "vmhost", "vmhost", wire.RoleProbe); err != nil {
 		t.Fatal(err)
 	}
+	return out, f, gwURL, gw
+}
+
+// End to end with the real appliance under QEMU: apply a DevBox → the Gateway places it → the
+// Probe boots the appliance, creates the agent and session and reports phases and capabilities →
+// a session checkpoint and a rollback through the Gateway, and a VM snapshot over QMP → stop.
+func TestApplianceEndToEnd(t *testing.T) {
+	out, f, gwURL, _ := vmFleet(t)
 	state := shortDir(t)
+	t.Cleanup(func() { killSandboxes(state) }) // QEMU outlives the Probe by design
 	probeProc := start(t, "vmhost", bins(t)["probe"], "serve", "--gateway", gwURL, "--host", "vmhost", "--pki", f.pki, "--state", state,
 		"--slots", "1", "--appliance", out, "--supervise-every", "200ms",
 		"--ssh-listen", "127.0.0.1:0", "--ssh-user-ca", f.pki+"/ssh-ca.pub")

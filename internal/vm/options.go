@@ -55,7 +55,19 @@ type Options struct {
 	QMP string
 	// SCSIController adds Kata's virtio-scsi controller (bus scsi0.0) for hot-plugged scsi-hd disks.
 	SCSIController bool
+
+	// DetachDir, when set, detaches QEMU from this process so that it can outlive it (the Probe's
+	// sandboxes survive a Probe restart): QEMU runs in its own process group, and its console and
+	// stderr go to the files DetachConsole and DetachStderr in DetachDir, which the harness tails,
+	// instead of pipes that would break when this process dies.
+	DetachDir string
 }
+
+// The files of a detached QEMU (Options.DetachDir).
+const (
+	DetachConsole = "console.raw"
+	DetachStderr  = "qemu-stderr.raw"
+)
 
 // ErrOptions is wrapped by every validation error of Options.
 var ErrOptions = errors.New("invalid vm options")

@@ -44,6 +44,12 @@ func (v *VM) QMP(ctx context.Context, command string, args any) (json.RawMessage
 	return qmpCommand(ctx, v.opt.QMP, command, args)
 }
 
+// QMPCommand runs one command on the QMP socket of a QEMU this process may not have started (one
+// adopted after a restart), as VM.QMP does.
+func QMPCommand(ctx context.Context, socket, command string, args any) (json.RawMessage, error) {
+	return qmpCommand(ctx, socket, command, args)
+}
+
 func qmpCommand(ctx context.Context, socket, command string, args any) (json.RawMessage, error) {
 	var d net.Dialer
 	var conn net.Conn

@@ -8,11 +8,14 @@ package vm
 import (
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"time"
 )
 
@@ -82,6 +85,9 @@ func Start(ctx context.Context, t TB, opt Options) (*VM, error) {
 }
 
 func (v *VM) start() error {
+	if v.opt.DetachDir != "" {
+		return v.startDetached()
+	}
 	consoleR, consoleW, err := os.Pipe()
 	if err != nil {
 		return fmt.Errorf("console pipe: %w", err)
@@ -94,20 +100,90 @@ func (v *VM) start() error {
 	}
 	v.cmd = exec.CommandContext(v.ctx, v.argv[0], v.argv[1:]...)
 	v.cmd.Stdout, v.cmd.Stderr = consoleW, stderrW // stdin is /dev/null
+	err = v.launch()
+	consoleW.Close()
+	stderrW.Close()
+	if err != nil {
+		consoleR.Close()
+		stderrR.Close()
+		return err
+	}
+	v.readOutputs(consoleR, stderrR, nil)
+	return nil
+}
+
+func (v *VM) launch() error {
 	why := ""
 	if v.opt.Accel == Accel() {
 		why = " (" + AccelReason() + ")"
 	}
 	v.t.Logf("%s: accel %s%s; console and reproducer in %s\n%s", v.name, v.opt.Accel, why, v.out.dir, v.CommandLine())
 	v.started = time.Now()
-	err = v.cmd.Start()
-	consoleW.Close()
-	stderrW.Close()
-	if err != nil {
-		consoleR.Close()
-		stderrR.Close()
+	if err := v.cmd.Start(); err != nil {
 		return fmt.Errorf("start %s: %w (install it: apt-get install qemu-system-x86)", v.argv[0], err)
 	}
+	return nil
+}
+
+// startDetached starts QEMU in its own process group writing into files of DetachDir, and tails them.
+func (v *VM) startDetached() error {
+	var files [2]*os.File
+	for i, name := range []string{DetachConsole, DetachStderr} {
+		f, err := os.OpenFile(filepath.Join(v.opt.DetachDir, name), os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
+		if err != nil {
+			for _, g := range files[:i] {
+				g.Close()
+			}
+			return fmt.Errorf("detached qemu: %w", err)
+		}
+		files[i] = f
+	}
+	v.cmd = exec.CommandContext(v.ctx, v.argv[0], v.argv[1:]...)
+	v.cmd.Stdout, v.cmd.Stderr = files[0], files[1]
+	v.cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true} // a signal to this process's group is not QEMU's
+	err := v.launch()
+	files[0].Close()
+	files[1].Close()
+	if err != nil {
+		return err
+	}
+	exited := make(chan struct{})
+	var readers [2]*os.File
+	for i, name := range []string{DetachConsole, DetachStderr} {
+		if readers[i], err = os.Open(filepath.Join(v.opt.DetachDir, name)); err != nil {
+			v.cmd.Process.Kill()
+			v.cmd.Wait()
+			return fmt.Errorf("detached qemu: %w", err)
+		}
+	}
+	v.readOutputs(&tail{f: readers[0], exited: exited}, &tail{f: readers[1], exited: exited}, exited)
+	return nil
+}
+
+// tail reads a file another process appends to, until that process has exited and the file is read.
+type tail struct {
+	f      *os.File
+	exited <-chan struct{}
+}
+
+func (t *tail) Read(p []byte) (int, error) {
+	for {
+		n, err := t.f.Read(p)
+		if n > 0 || err != io.EOF {
+			return n, err
+		}
+		select {
+		case <-t.exited:
+			return t.f.Read(p) // what was written before the exit, then EOF
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+func (t *tail) Close() error { return t.f.Close() }
+
+// readOutputs streams the console and stderr; exited (detached QEMU only) is closed once QEMU has exited.
+func (v *VM) readOutputs(consoleR, stderrR io.ReadCloser, exited chan struct{}) {
 	consoleDone, stderrDone := make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(consoleDone)
@@ -118,9 +194,11 @@ func (v *VM) start() error {
 		defer close(stderrDone)
 		readLines(stderrR, v.stderrLine)
 	}()
-	go v.reap(consoleR, consoleDone, stderrR, stderrDone)
-	return nil
+	go v.reap(consoleR, consoleDone, stderrR, stderrDone, exited)
 }
+
+// Pid is QEMU's process id.
+func (v *VM) Pid() int { return v.cmd.Process.Pid }
 
 func (v *VM) consoleLine(text string) {
 	at := time.Since(v.started)
@@ -135,10 +213,13 @@ func (v *VM) stderrLine(text string) {
 }
 
 // reap waits for QEMU, then for its output to drain; a grandchild holding a pipe open gets 5 s.
-func (v *VM) reap(consoleR *os.File, consoleDone chan struct{}, stderrR *os.File, stderrDone chan struct{}) {
+func (v *VM) reap(consoleR io.ReadCloser, consoleDone chan struct{}, stderrR io.ReadCloser, stderrDone chan struct{}, exited chan struct{}) {
 	err := v.cmd.Wait()
+	if exited != nil {
+		close(exited)
+	}
 	for _, p := range []struct {
-		r    *os.File
+		r    io.ReadCloser
 		done chan struct{}
 	}{{consoleR, consoleDone}, {stderrR, stderrDone}} {
 		select {

@@ -226,3 +226,30 @@ func TestStartErrors(t *testing.T) {
 		t.Errorf("Start without a kernel = %v; want ErrOptions", err)
 	}
 }
+
+// A detached QEMU has its own process group and writes its console and stderr into files of
+// DetachDir, which the harness tails: markers are found while it runs, stderr is quoted when it
+// exits, and nothing of it goes through a pipe of this process.
+func TestDetachedQEMU(t *testing.T) {
+	qemu := fakeQEMU(t, `echo early; sleep 0.3; echo 'ALLOX-BOOT-DONE'; echo 'qemu: going down' >&2; sleep 0.3; exit 4`)
+	opt := fakeOptions(t, qemu)
+	opt.DetachDir = t.TempDir()
+	v := start(t, t, t.Context(), opt)
+	if pgid, err := syscall.Getpgid(v.Pid()); err != nil || pgid != v.Pid() || pgid == syscall.Getpgrp() {
+		t.Errorf("detached QEMU's process group %d (%v), ours %d: want its own", pgid, err, syscall.Getpgrp())
+	}
+	if _, err := v.WaitFor(t.Context(), "BOOT-DONE"); err != nil {
+		t.Fatalf("WaitFor on the tailed console: %v", err)
+	}
+	err := v.Wait()
+	if err == nil || !strings.Contains(err.Error(), "exit status 4") || !strings.Contains(err.Error(), "going down") {
+		t.Errorf("Wait() = %v; want exit status 4 and the stderr tail", err)
+	}
+	b, _ := os.ReadFile(filepath.Join(opt.DetachDir, DetachConsole))
+	if string(b) != "early\nALLOX-BOOT-DONE\n" {
+		t.Errorf("%s = %q", DetachConsole, b)
+	}
+	if got := v.Console(); len(got) != 2 {
+		t.Errorf("Console() = %+v; want both lines", got)
+	}
+}

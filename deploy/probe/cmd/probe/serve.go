@@ -32,6 +32,9 @@ func serve(ctx context.Context, args []string, log *slog.Logger) error {
 	cgroupParent := fs.String("cgroup-parent", "allox-probe", "process runtime: cgroup parent prefix of the daemons")
 	applianceOut := fs.String("appliance", "", "qemu runtime: the mkimage output directory of the appliance (enables runtime \"qemu\")")
 	supervise := fs.Duration("supervise-every", time.Second, "session supervision cadence")
+	healAttempts := fs.Int("heal-attempts", 5, "self-heal: failed attempts of one fault before it is escalated to the Gateway")
+	healBackoff := fs.Duration("heal-backoff", time.Second, "self-heal: the wait after a failed attempt, doubled after each")
+	healMaxBackoff := fs.Duration("heal-max-backoff", 30*time.Second, "self-heal: the longest wait between attempts")
 	sshListen := fs.String("ssh-listen", "", "ssh_remote: the SSH endpoint's address, e.g. 0.0.0.0:2222 (empty: no ssh_remote channel)")
 	sshCA := fs.String("ssh-user-ca", "", "ssh_remote: the Gateway's SSH certificate authority, its public key in authorized_keys form (gateway ssh-ca init writes ssh-ca.pub)")
 	sshHostKey := fs.String("ssh-host-key", "", "ssh_remote: the endpoint's host key, an OpenSSH private key file, made if missing (default STATE/ssh-host-key)")
@@ -49,6 +52,10 @@ func serve(ctx context.Context, args []string, log *slog.Logger) error {
 		return errors.New("serve: --state is required")
 	case *daemon != "" && *store == "":
 		return errors.New("serve: --workspace-daemon needs --store (a directory on Btrfs)")
+	case *healAttempts < 1:
+		return fmt.Errorf("serve: --heal-attempts %d: must be at least 1", *healAttempts)
+	case *healBackoff <= 0 || *healMaxBackoff < *healBackoff:
+		return fmt.Errorf("serve: --heal-backoff %v, --heal-max-backoff %v: both must be positive, the maximum at least the backoff", *healBackoff, *healMaxBackoff)
 	}
 	for _, p := range []*string{state, store, applianceOut} {
 		if *p != "" {
@@ -79,8 +86,13 @@ func serve(ctx context.Context, args []string, log *slog.Logger) error {
 		runtimes[spec.RuntimeProcess] = &probe.ProcessRuntime{Daemon: *daemon, Store: *store, State: *state, CgroupParent: *cgroupParent, Client: *daemonClient, Sockets: *sockets}
 	}
 	if *applianceOut != "" {
-		runtimes[spec.RuntimeQEMU] = &probe.QEMURuntime{Out: *applianceOut, State: *state, Sockets: *sockets,
-			Logf: func(format string, args ...any) { log.Debug("console", "line", fmt.Sprintf(format, args...)) }}
+		q := &probe.QEMURuntime{Out: *applianceOut, State: *state, Sockets: *sockets,
+			Logf:  func(format string, args ...any) { log.Debug("console", "line", fmt.Sprintf(format, args...)) },
+			Notef: func(format string, args ...any) { log.Info("qemu runtime: " + fmt.Sprintf(format, args...)) }}
+		for _, f := range q.CleanStale() {
+			log.Info("removed a stale sandbox record", "record", f)
+		}
+		runtimes[spec.RuntimeQEMU] = q
 	}
 	var p *probe.Probe
 	var channels []probe.ChannelSupervisor
@@ -101,7 +113,8 @@ func serve(ctx context.Context, args []string, log *slog.Logger) error {
 		}
 		log.Info("ssh listening", "addr", ln.Addr().String())
 	}
-	p = probe.New(probe.Config{Host: *host, Slots: *slots, StateDir: *state, Supervise: *supervise, Channels: channels}, client, probe.NewHostRuntime(runtimes))
+	p = probe.New(probe.Config{Host: *host, Slots: *slots, StateDir: *state, Supervise: *supervise, Channels: channels,
+		Heal: probe.HealPolicy{MaxAttempts: *healAttempts, Backoff: *healBackoff, MaxBackoff: *healMaxBackoff}}, client, probe.NewHostRuntime(runtimes))
 	if serveSSH != nil {
 		go serveSSH() // once p is there: the channel's activity goes to its events
 	}

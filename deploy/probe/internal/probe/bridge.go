@@ -3,7 +3,9 @@ package probe
 import (
 	"context"
 	"errors"
+	"net"
 	"net/http"
+	"net/url"
 	"time"
 
 	"github.com/allox-os/allox/internal/rpc"
@@ -16,12 +18,31 @@ const FenceReasonPrefix = "probe: "
 // Bridge is the Workspace Bridge: the appliance's RPC over its authenticated host listener, the
 // same wire contract (internal/rpc) a platform's own tooling uses.
 type Bridge struct {
-	c *rpc.Client
+	c        *rpc.Client
+	endpoint string
 }
 
 // NewBridge returns a bridge to the host listener at endpoint (http://127.0.0.1:PORT) with token.
 func NewBridge(endpoint, token string) *Bridge {
-	return &Bridge{c: rpc.NewClient(endpoint, token, &http.Client{Timeout: 30 * time.Second})}
+	return &Bridge{c: rpc.NewClient(endpoint, token, &http.Client{Timeout: 30 * time.Second}), endpoint: endpoint}
+}
+
+// Endpoint is the host listener the bridge talks to.
+func (b *Bridge) Endpoint() string { return b.endpoint }
+
+// Reachable dials the host listener afresh: the bridge's own requests ride kept-alive
+// connections, which outlive a listener (or a forward to it) that no new connection reaches.
+func (b *Bridge) Reachable(ctx context.Context) error {
+	u, err := url.Parse(b.endpoint)
+	if err != nil {
+		return err
+	}
+	var d net.Dialer
+	c, err := d.DialContext(ctx, "tcp", u.Host)
+	if err != nil {
+		return err
+	}
+	return c.Close()
 }
 
 // Info is system.info.

@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"sync"
 	"time"
 
 	"github.com/allox-os/allox/deploy/probe/internal/spec"
@@ -77,17 +76,7 @@ func (p *Probe) Execute(ctx context.Context, in wire.Intent) {
 	p.events.Emit(ev)
 }
 
-func (p *Probe) lockDevBox(name string) (unlock func()) {
-	p.mu.Lock()
-	m := p.devboxMu[name]
-	if m == nil {
-		m = &sync.Mutex{}
-		p.devboxMu[name] = m
-	}
-	p.mu.Unlock()
-	m.Lock()
-	return m.Unlock
-}
+func (p *Probe) lockDevBox(name string) (unlock func()) { return p.devboxMu.lock(name) }
 
 func (p *Probe) apply(ctx context.Context, in wire.Intent, gen int64) (json.RawMessage, error) {
 	switch in.Kind {
@@ -96,9 +85,7 @@ func (p *Probe) apply(ctx context.Context, in wire.Intent, gen int64) (json.RawM
 			return nil, errors.New("boot intent without a spec")
 		}
 		err := p.boot(ctx, *in.Spec, in.TraceID, gen)
-		if err != nil {
-			p.setPhase(*in.Spec, wire.PhaseFailed, err.Error(), in.TraceID)
-		}
+		p.bootDone(*in.Spec, err, in.TraceID)
 		return nil, err
 	case wire.IntentStop:
 		return nil, p.stop(ctx, in.DevBox, in.TraceID)
@@ -156,7 +143,7 @@ func (p *Probe) boot(ctx context.Context, d spec.DevBox, trace string, gen int64
 	if p.fenceGen != gen {
 		// A fence came while this intent ran: its sessions are fenced like every other.
 		p.fenceBox(b, "lease: fenced while the devbox booted")
-		return errors.New("fenced while booting")
+		return errFencedWhileBooting
 	}
 	for _, s := range d.Sessions {
 		if err := br.UnfenceOwn(ctx, d.Agent, s.Name); err != nil {
@@ -169,6 +156,28 @@ func (p *Probe) boot(ctx context.Context, d spec.DevBox, trace string, gen int64
 	p.heal.Clear(d.Name) // the Gateway re-issued the DevBox: what it was escalated for is its answer
 	p.setPhase(d, wire.PhaseRunning, "", trace)
 	return nil
+}
+
+var errFencedWhileBooting = errors.New("fenced while booting")
+
+// bootDone records a boot's outcome: a failed boot is marked failed and left to self-heal, which
+// retries it with backoff and escalates it (boot_failed); a boot that lost its fence is not.
+func (p *Probe) bootDone(d spec.DevBox, err error, trace string) {
+	if err != nil {
+		p.setPhase(d, wire.PhaseFailed, err.Error(), trace)
+	}
+	p.mu.Lock()
+	b := p.boxes[d.Name]
+	p.mu.Unlock()
+	if b == nil {
+		return
+	}
+	b.mu.Lock()
+	b.spec, b.bootErr, b.bootTrace = d, nil, trace
+	if err != nil && !errors.Is(err, errFencedWhileBooting) {
+		b.bootErr = err
+	}
+	b.mu.Unlock()
 }
 
 func (p *Probe) stop(ctx context.Context, name, trace string) error {

@@ -55,7 +55,7 @@ type Probe struct {
 	boxes    map[string]*box
 	refused  int // intents refused for their epoch or a fence
 	inflight map[string]bool
-	devboxMu map[string]*sync.Mutex
+	devboxMu keyedMutex
 	lastSync time.Time
 }
 
@@ -68,7 +68,7 @@ func New(cfg Config, gw Gateway, rt *HostRuntime) *Probe {
 		cfg.Heal = HealPolicy{MaxAttempts: 5, Backoff: time.Second, MaxBackoff: 30 * time.Second}
 	}
 	p := &Probe{cfg: cfg, gw: gw, rt: rt, ledger: lease.NewLedger[json.RawMessage](4096), heal: NewSelfHeal(cfg.Heal),
-		events: NewEmitter(10000), boxes: map[string]*box{}, inflight: map[string]bool{}, devboxMu: map[string]*sync.Mutex{}}
+		events: NewEmitter(10000), boxes: map[string]*box{}, inflight: map[string]bool{}}
 	var channels []string
 	for _, c := range cfg.Channels {
 		channels = append(channels, c.Name())

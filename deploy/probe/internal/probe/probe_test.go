@@ -140,3 +140,50 @@ func TestExecuteRefusesStaleEpochAndFenced(t *testing.T) {
 		t.Errorf("refused %d intents, want 4", got)
 	}
 }
+
+// blockingRuntime boots only when released.
+type blockingRuntime struct{ release chan struct{} }
+
+func (r blockingRuntime) Boot(ctx context.Context, d spec.DevBox) (Sandbox, error) {
+	select {
+	case <-r.release:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	return nil, errors.New("released")
+}
+
+// A boot in progress (minutes under TCG) holds neither the heartbeat's capacity count nor another
+// DevBox's boot: it once held the Host Runtime Manager's one lock, so a slow boot starved the
+// lease renewal past stop_after and the Probe fenced itself.
+func TestHostRuntimeBootDoesNotBlockOthers(t *testing.T) {
+	rt := blockingRuntime{release: make(chan struct{})}
+	h := NewHostRuntime(map[string]Runtime{spec.RuntimeProcess: rt})
+	go h.Ensure(t.Context(), spec.DevBox{Name: "slow", Runtime: spec.RuntimeProcess})
+	counted := make(chan struct{})
+	go func() {
+		for h.Count() != 1 { // returns while the boot is held: counted as a slot in use
+			time.Sleep(time.Millisecond)
+		}
+		close(counted)
+	}()
+	select {
+	case <-counted:
+	case <-time.After(10 * time.Second):
+		t.Fatal("Count did not return 1 while a sandbox booted (blocked, or the boot not counted)")
+	}
+	done := make(chan error, 1)
+	go func() {
+		_, err := h.Ensure(t.Context(), spec.DevBox{Name: "other", Runtime: spec.RuntimeQEMU})
+		done <- err
+	}()
+	select {
+	case err := <-done:
+		if !errors.Is(err, ErrNoRuntime) {
+			t.Errorf("other devbox: %v, want ErrNoRuntime", err)
+		}
+	case <-time.After(10 * time.Second):
+		t.Error("another DevBox's Ensure waited for a boot in progress")
+	}
+	close(rt.release)
+}

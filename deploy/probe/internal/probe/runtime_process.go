@@ -146,7 +146,16 @@ func adopt(statePath, daemon string) (Sandbox, error) {
 	if err != nil || !strings.HasPrefix(string(cmdline), daemon+"\x00") {
 		return nil, errors.New("not running")
 	}
-	fd, err := unix.PidfdOpen(st.Pid, 0)
+	done, err := pidDone(st.Pid)
+	if err != nil {
+		return nil, err
+	}
+	return &processSandbox{st: st, done: done, statePath: statePath}, nil
+}
+
+// pidDone is closed when process pid (not necessarily a child of this process) has exited.
+func pidDone(pid int) (<-chan struct{}, error) {
+	fd, err := unix.PidfdOpen(pid, 0)
 	if err != nil {
 		return nil, err
 	}
@@ -161,12 +170,12 @@ func adopt(statePath, daemon string) (Sandbox, error) {
 			}
 		}
 	}()
-	return &processSandbox{st: st, done: done, statePath: statePath}, nil
+	return done, nil
 }
 
 type processSandbox struct {
 	st        processState
-	done      chan struct{}
+	done      <-chan struct{}
 	statePath string
 }
 

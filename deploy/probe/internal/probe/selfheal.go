@@ -19,6 +19,7 @@ const (
 	FaultStoreUnmounted    FaultClass = "store_unmounted"    // remount
 	FaultListenerLost      FaultClass = "listener_lost"      // rebind
 	FaultEndpointStale     FaultClass = "endpoint_stale"     // local endpoint refresh
+	FaultBootFailed        FaultClass = "boot_failed"        // restart (the boot is retried)
 )
 
 // Actions are the only things self-heal can do: each is local to one sandbox or session. There
@@ -36,7 +37,7 @@ func (a Actions) of(c FaultClass) (string, func(context.Context) error, bool) {
 	switch c {
 	case FaultBridgeUnreachable:
 		return "reconnect", a.Reconnect, true
-	case FaultSandboxExited:
+	case FaultSandboxExited, FaultBootFailed:
 		return "restart", a.Restart, true
 	case FaultStoreUnmounted:
 		return "remount", a.Remount, true

@@ -26,6 +26,10 @@ type box struct {
 	phase    string
 	sessions map[string]string // session → phase last reported
 	cancel   context.CancelFunc
+	// bootErr is why the last boot failed: self-heal retries it (boot_failed → restart).
+	bootErr   error
+	bootTrace string
+	retrying  bool // a boot retry runs (outside the supervision pass: a boot is long)
 }
 
 // adopt hands a booted sandbox to the supervisor (replacing what it had for the DevBox) and to
@@ -103,8 +107,19 @@ func (p *Probe) superviseLoop(ctx context.Context) {
 
 func (p *Probe) superviseBox(ctx context.Context, b *box) {
 	b.mu.Lock()
-	sb, br, d, phase := b.sandbox, b.bridge, b.spec, b.phase
+	sb, br, d, phase, bootErr := b.sandbox, b.bridge, b.spec, b.phase, b.bootErr
+	retry := bootErr != nil && phase == wire.PhaseFailed && !b.retrying
+	if retry {
+		b.retrying = true
+	}
 	b.mu.Unlock()
+	if retry {
+		go func() {
+			defer func() { b.mu.Lock(); b.retrying = false; b.mu.Unlock() }()
+			p.onFault(ctx, b, Fault{Scope: d.Name, Class: FaultBootFailed, Err: bootErr})
+		}()
+		return
+	}
 	if sb == nil || phase == wire.PhaseBooting || phase == wire.PhaseFailed {
 		return
 	}
@@ -117,8 +132,12 @@ func (p *Probe) superviseBox(ctx context.Context, b *box) {
 	cctx, cancel := context.WithTimeout(ctx, 5*time.Second)
 	defer cancel()
 	allOK := true
+	reach := br.Reachable(cctx)
 	for _, s := range d.Sessions {
 		got, err := br.Session(cctx, d.Agent, s.Name)
+		if reach != nil {
+			err = reach // what a new connection (a channel's, a restarted bridge's) would meet
+		}
 		var re *rpc.Error
 		switch {
 		case errors.As(err, &re) && re.Code == rpc.CodeNotFound:
@@ -128,8 +147,13 @@ func (p *Probe) superviseBox(ctx context.Context, b *box) {
 			allOK = false
 			p.onFault(ctx, b, Fault{Scope: d.Name + "/" + s.Name, Class: "session_quarantined", Err: err})
 		case err != nil:
-			allOK = false
-			p.onFault(ctx, b, Fault{Scope: d.Name, Class: FaultBridgeUnreachable, Err: err})
+			class := FaultBridgeUnreachable
+			if dg, ok := sb.(Diagnoser); ok {
+				dctx, dcancel := context.WithTimeout(ctx, 5*time.Second)
+				class = dg.Diagnose(dctx, br.Endpoint())
+				dcancel()
+			}
+			p.onFault(ctx, b, Fault{Scope: d.Name, Class: class, Err: err})
 			return
 		case got.Fenced != nil:
 			p.setSessionPhase(b, s.Name, wire.PhaseFenced, got.Fenced.Reason)
@@ -178,42 +202,92 @@ func (p *Probe) onFault(ctx context.Context, b *box, f Fault) {
 	}
 }
 
-// actions are the bounded local actions on b: reconnect the bridge, restart the sandbox.
-// (Remount, rebind and endpoint refresh belong to runtimes that have them: the QEMU runtime's
-// store disk and port forward.)
+// actions are the bounded local actions on b: reconnect the bridge, restart the sandbox (or retry
+// its failed boot), and, where the sandbox's runtime has them (QEMU's user-network forward to the
+// appliance's host listener), rebind that forward and refresh the bridge's endpoint.
 func (p *Probe) actions(b *box) Actions {
-	return Actions{
+	b.mu.Lock()
+	sb := b.sandbox
+	b.mu.Unlock()
+	a := Actions{
 		Reconnect: func(ctx context.Context) error {
-			b.mu.Lock()
-			sb := b.sandbox
-			b.mu.Unlock()
-			br := NewBridge(sb.Endpoint(), sb.Token())
-			if _, err := br.Info(ctx); err != nil {
-				return err
-			}
-			b.mu.Lock()
-			b.bridge = br
-			b.mu.Unlock()
-			return nil
+			return p.rebridge(ctx, b, sb)
 		},
 		Restart: func(ctx context.Context) error {
 			b.mu.Lock()
-			d := b.spec
+			d, bootErr, trace := b.spec, b.bootErr, b.bootTrace
 			b.mu.Unlock()
+			if bootErr != nil {
+				return p.retryBoot(ctx, b, d, trace)
+			}
 			sb, err := p.rt.Restart(ctx, d)
 			if err != nil {
 				return err
 			}
-			br := NewBridge(sb.Endpoint(), sb.Token())
-			if _, err := br.Info(ctx); err != nil {
-				return err
-			}
-			b.mu.Lock()
-			b.sandbox, b.bridge = sb, br
-			b.mu.Unlock()
-			return nil
+			return p.rebridge(ctx, b, sb)
 		},
 	}
+	if rb, ok := sb.(Rebinder); ok {
+		a.Rebind = func(ctx context.Context) error {
+			b.mu.Lock()
+			br := b.bridge
+			b.mu.Unlock()
+			if err := rb.Rebind(ctx); err != nil {
+				return err
+			}
+			if sb.Endpoint() != br.Endpoint() {
+				return nil // bound again on another port: the bridge's endpoint is stale, refreshed next
+			}
+			_, err := br.Info(ctx)
+			return err
+		}
+	}
+	if er, ok := sb.(EndpointRefresher); ok {
+		a.RefreshEndpoint = func(ctx context.Context) error {
+			if err := er.RefreshEndpoint(ctx); err != nil {
+				return err
+			}
+			return p.rebridge(ctx, b, sb)
+		}
+	}
+	return a
+}
+
+// rebridge makes b's bridge talk to sb's endpoint as it is now, once it answers system.info.
+func (p *Probe) rebridge(ctx context.Context, b *box, sb Sandbox) error {
+	br := NewBridge(sb.Endpoint(), sb.Token())
+	if _, err := br.Info(ctx); err != nil {
+		return err
+	}
+	b.mu.Lock()
+	b.sandbox, b.bridge = sb, br
+	b.mu.Unlock()
+	return nil
+}
+
+// retryBoot boots b's DevBox again after a failed boot, as its boot intent would, under the
+// epoch held now (onFault heals nothing without one).
+func (p *Probe) retryBoot(ctx context.Context, b *box, d spec.DevBox, trace string) error {
+	unlock := p.lockDevBox(d.Name)
+	defer unlock()
+	p.mu.Lock()
+	current := p.boxes[d.Name] == b
+	p.mu.Unlock()
+	if !current {
+		return errors.New("the devbox was stopped meanwhile")
+	}
+	b.mu.Lock()
+	booted := b.bootErr == nil
+	b.mu.Unlock()
+	if booted {
+		return nil // a boot intent re-issued meanwhile booted it
+	}
+	p.fenceMu.Lock()
+	gen := p.fenceGen
+	p.fenceMu.Unlock()
+	err := p.boot(ctx, d, trace, gen)
+	p.bootDone(d, err, trace)
+	return err
 }
 
 // Status is what `probe status` prints.

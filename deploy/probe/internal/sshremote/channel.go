@@ -20,13 +20,16 @@ type Channel struct {
 	srv *Server
 
 	mu     sync.Mutex
-	boxes  map[string]*attachment // by DevBox
-	served map[string]string        // "agent/session" → the DevBox whose sandbox has it
+	boxes  map[string]*attached // by DevBox
+	served map[string]string    // "agent/session" → the DevBox whose sandbox has it
 }
+
+// attached is one Attach of a sandbox: each ends on its own.
+type attached struct{ sb probe.Sandbox }
 
 // NewChannel makes the channel's SSH endpoint from cfg; cfg.Appliance is the channel's own.
 func NewChannel(cfg Config) (*Channel, error) {
-	c := &Channel{boxes: map[string]*attachment{}, served: map[string]string{}}
+	c := &Channel{boxes: map[string]*attached{}, served: map[string]string{}}
 	cfg.Appliance = c.appliance
 	srv, err := New(cfg)
 	if err != nil {
@@ -42,13 +45,9 @@ func (c *Channel) Server() *Server { return c.srv }
 // Name is the channel's name in the Probe's capabilities.
 func (c *Channel) Name() string { return "ssh_remote" }
 
-// attachment is one Attach of a sandbox: the Probe attaches the same sandbox again when it
-// re-adopts it (a boot intent under a new epoch), and only the latest attachment's end detaches it.
-type attachment struct{ sb probe.Sandbox }
-
 // Attach serves logins to the sessions of devbox's sandbox until ctx ends.
 func (c *Channel) Attach(ctx context.Context, devbox string, sb probe.Sandbox, _ func(probe.Fault)) {
-	a := &attachment{sb: sb}
+	a := &attached{sb}
 	c.mu.Lock()
 	c.boxes[devbox] = a
 	c.mu.Unlock()
@@ -58,7 +57,7 @@ func (c *Channel) Attach(ctx context.Context, devbox string, sb probe.Sandbox, _
 		case <-sb.Done():
 		}
 		c.mu.Lock()
-		if c.boxes[devbox] == a {
+		if c.boxes[devbox] == a { // not a later Attach of the same sandbox (a re-issued boot adopts it again)
 			delete(c.boxes, devbox)
 		}
 		c.mu.Unlock()

@@ -4,43 +4,44 @@ import (
 	"context"
 	"testing"
 	"time"
-
-	"golang.org/x/crypto/ssh"
 )
 
-type stillSandbox struct{ done chan struct{} }
+type idleSandbox struct{ done chan struct{} }
 
-func (s stillSandbox) Endpoint() string               { return "http://127.0.0.1:1" }
-func (s stillSandbox) Token() string                  { return "" }
-func (s stillSandbox) Done() <-chan struct{}          { return s.done }
-func (s stillSandbox) Stop(ctx context.Context) error { return nil }
+func (s idleSandbox) Endpoint() string               { return "http://127.0.0.1:1" }
+func (s idleSandbox) Token() string                  { return "t" }
+func (s idleSandbox) Done() <-chan struct{}          { return s.done }
+func (s idleSandbox) Stop(ctx context.Context) error { return nil }
 
-// The Probe attaches a sandbox again when it re-adopts it (a boot under a new epoch) and then
-// ends the earlier attachment: the sandbox stays served. Once the latest ends, it is not.
-func TestChannelReattachKeepsTheSandbox(t *testing.T) {
-	c, err := NewChannel(Config{HostKey: newSigner(t), UserCAs: []ssh.PublicKey{newSigner(t).PublicKey()}})
-	must(t, err)
-	sb := stillSandbox{done: make(chan struct{})}
-	first, endFirst := context.WithCancel(context.Background())
+// A boot re-issued under a new epoch adopts the same running sandbox again: the Probe attaches it
+// a second time and ends the first attachment. The channel must keep serving it (it once dropped
+// it, and every SSH login then failed with "no Worker Sandbox of this Probe has session").
+func TestChannelKeepsASandboxAttachedAgain(t *testing.T) {
+	c := &Channel{boxes: map[string]*attached{}, served: map[string]string{}}
+	sb := idleSandbox{done: make(chan struct{})}
+	first, endFirst := context.WithCancel(t.Context())
 	c.Attach(first, "box", sb, nil)
-	second, endSecond := context.WithCancel(context.Background())
-	c.Attach(second, "box", sb, nil)
+	c.Attach(t.Context(), "box", sb, nil)
 	endFirst()
-	time.Sleep(100 * time.Millisecond) // the first attachment's watcher has run
-	if !c.attached("box") {
-		t.Fatal("ending the earlier attachment detached the re-adopted sandbox")
-	}
-	endSecond()
-	for deadline := time.Now().Add(5 * time.Second); c.attached("box"); time.Sleep(10 * time.Millisecond) {
-		if time.Now().After(deadline) {
-			t.Fatal("the sandbox is still served after its last attachment ended")
-		}
-	}
-}
-
-func (c *Channel) attached(devbox string) bool {
+	time.Sleep(100 * time.Millisecond) // the first attachment's watcher runs
 	c.mu.Lock()
-	defer c.mu.Unlock()
-	_, ok := c.boxes[devbox]
-	return ok
+	_, ok := c.boxes["box"]
+	c.mu.Unlock()
+	if !ok {
+		t.Fatal("the sandbox attached again was dropped when its first attachment ended")
+	}
+	close(sb.done)
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		c.mu.Lock()
+		_, ok = c.boxes["box"]
+		c.mu.Unlock()
+		if !ok {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the sandbox stayed attached after it ended")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }
