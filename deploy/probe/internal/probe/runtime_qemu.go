@@ -25,6 +25,13 @@ type QEMURuntime struct {
 	State   string // store disks
 	Sockets string // QMP sockets (short: AF_UNIX paths are bounded); default State
 	Logf    func(format string, args ...any)
+	// GuestFwd forwards guest connections to vm.GuestFwdAddr:port to the host's 127.0.0.1:port2
+	// (the agents' model endpoint, for one); restricted user networking reaches nothing else.
+	GuestFwd map[int]int
+	// TCGCPU is the -cpu model when QEMU emulates (no KVM), e.g. "max" as Kata's own machine
+	// takes: the Bun-built agent CLIs (claude, opencode) need AVX2, which QEMU's default model
+	// lacks (they die of SIGILL). Under KVM the guest has the host's CPU. "" keeps QEMU's default.
+	TCGCPU string
 }
 
 // Boot starts the appliance and waits until its services are ready.
@@ -47,6 +54,10 @@ func (r *QEMURuntime) Boot(ctx context.Context, d spec.DevBox) (Sandbox, error) 
 		sockets = r.State
 	}
 	opt.QMP = filepath.Join(sockets, "qmp-"+d.Name+".sock")
+	opt.GuestFwd = r.GuestFwd
+	if r.TCGCPU != "" && vm.Accel() != "kvm" {
+		opt.ExtraArgs = append(opt.ExtraArgs, "-cpu", r.TCGCPU)
+	}
 	host := &vmHost{name: "probe-" + d.Name, logf: r.Logf}
 	vctx, cancel := context.WithCancel(context.Background()) // the VM outlives the intent that booted it
 	v, err := vm.Start(vctx, host, opt)
