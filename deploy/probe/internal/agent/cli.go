@@ -104,7 +104,10 @@ var opencode = CLI{
 		return append(a, t.Prompt)
 	},
 	Env: func(t Task) map[string]string {
-		env := map[string]string{"SHELL": "/bin/sh"}
+		// Offline: without these opencode installs its default plugins and fetches model
+		// metadata from the network on start, which a session's sandbox may not reach.
+		env := map[string]string{"SHELL": "/bin/sh", "OPENCODE_DISABLE_DEFAULT_PLUGINS": "1", "OPENCODE_DISABLE_MODELS_FETCH": "1",
+			"OPENCODE_DISABLE_AUTOUPDATE": "1", "OPENCODE_DISABLE_LSP_DOWNLOAD": "1"}
 		if t.ModelURL != "" {
 			cfg, _ := json.Marshal(map[string]any{"permission": map[string]any{"bash": "allow", "edit": "allow"},
 				"provider": map[string]any{"allox": map[string]any{"npm": "@ai-sdk/openai-compatible",
