@@ -22,9 +22,10 @@ bin/mkimage: deps FORCE
 # dm-verity root ($(OUT)/verity/), the system-effects observer ($(OUT)/system-effects/), python3
 # for the session client's shims ($(OUT)/python/), the session-network plugin in proxy mode with
 # python3 and ssh ($(OUT)/session-network/), the session-share plugin with its tools on
-# and python3 ($(OUT)/session-share/), the monitor plugin with python3 ($(OUT)/monitor/), the kuruwa service with managed execution
-# ($(OUT)/kuruwa/), the stand-in kata-agent ($(OUT)/kata-agent/,
-# with bin/kata-agent-standin: not the real agent). Their kernel is the same, so the later builds
+# and python3 ($(OUT)/session-share/), the monitor plugin with python3 ($(OUT)/monitor/), the kuruwa
+# service with managed execution ($(OUT)/kuruwa/), the stand-in kata-agent ($(OUT)/kata-agent/,
+# with bin/kata-agent-standin: not the real agent), and the agents' CLIs from the npm registry
+# ($(OUT)/agents/). Their kernel is the same, so the later builds
 # take it from the cache.
 image: bin/mkimage
 	bin/mkimage build -out $(OUT)
@@ -38,6 +39,7 @@ image: bin/mkimage
 	bin/mkimage build -out $(OUT)/kuruwa qemu-tests/testdata/kuruwa.hcl
 	CGO_ENABLED=0 $(GO) build -trimpath -buildvcs=false -ldflags=-buildid= -o bin/kata-agent-standin ./qemu-tests/internal/standin/kata-agent
 	bin/mkimage build -out $(OUT)/kata-agent qemu-tests/testdata/kata-agent.hcl
+	bin/mkimage build -out $(OUT)/agents qemu-tests/testdata/agents.hcl
 
 # Build the default appliance, boot it under QEMU (KVM when it works, TCG otherwise), wait until the
 # workspace daemon is ready, ask it for system.info, and power it off cleanly.

@@ -51,8 +51,9 @@ type state struct {
 	work     string // scratch space, removed at the end
 	kernel   *kernel.Result
 	bins     []rootfs.Binary
-	agent    *rootfs.Binary // the kata-agent, when the spec brings one
-	files    []rootfs.File  // data files for the image (plugin hash pins)
+	agent    *rootfs.Binary  // the kata-agent, when the spec brings one
+	npm      []rootfs.Binary // the files of the spec's npm packages (not Go binaries)
+	files    []rootfs.File   // data files for the image (plugin hash pins)
 	userland string
 	packages []rootfs.Package
 	tree     *initramfs.Tree
@@ -107,6 +108,7 @@ var stages = []stage{
 	{"go binaries", buildBinaries},
 	{"kata agent", bringAgent},
 	{"debian userland", fetchUserland},
+	{"npm packages", fetchNpm},
 	{"stage rootfs", stageRootfs},
 	{"rootfs disk image", writeDisk},
 	{"nvdimm dax header", writeDAXHeader},

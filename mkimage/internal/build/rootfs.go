@@ -59,9 +59,9 @@ func stageRootfs(ctx context.Context, s *state) error {
 	}
 	mounts := append([]string{}, rootfs.DefaultMountpoints...)
 	mounts = append(mounts, "/sys/fs/cgroup", "/var/lib/allox", s.opt.Spec.Init.Store.Mountpoint)
-	bins := s.bins
+	bins := append(slices.Clone(s.bins), s.npm...)
 	if s.agent != nil {
-		bins = append(slices.Clone(bins), *s.agent)
+		bins = append(bins, *s.agent)
 	}
 	ov := rootfs.Overlay{Binaries: bins, Files: s.files, Manifest: man.Bytes(), Hostname: s.opt.Spec.Init.Hostname, Mountpoints: mounts,
 		Accounts: []rootfs.Account{spec.RunAccount}}

@@ -29,9 +29,9 @@ func (s *state) keyTree() error {
 	if key["userland"], err = s.hash(s.userland); err != nil {
 		return err
 	}
-	bins := s.bins
+	bins := append(slices.Clone(s.bins), s.npm...)
 	if s.agent != nil {
-		bins = append(slices.Clone(bins), *s.agent)
+		bins = append(bins, *s.agent)
 	}
 	for _, b := range bins {
 		if key["binary "+b.Path], err = s.hash(b.Source); err != nil {

@@ -1,6 +1,10 @@
 package spec
 
-import "github.com/hashicorp/hcl/v2"
+import (
+	"fmt"
+
+	"github.com/hashicorp/hcl/v2"
+)
 
 var rootfsSchema = &hcl.BodySchema{
 	Attributes: []hcl.AttributeSchema{
@@ -10,6 +14,7 @@ var rootfsSchema = &hcl.BodySchema{
 		{Name: "size_mib"},
 		{Name: "verity"},
 	},
+	Blocks: []hcl.BlockHeaderSchema{{Type: "npm", LabelNames: []string{"name"}}},
 }
 
 // decodeRootfs decodes the rootfs block over the defaults already in r.
@@ -20,4 +25,7 @@ func (d *decoder) decodeRootfs(b *hcl.Block, r *Rootfs) {
 	attr(d, c, "rootfs", "filesystem", &r.Filesystem)
 	attr(d, c, "rootfs", "size_mib", &r.SizeMiB)
 	attr(d, c, "rootfs", "verity", &r.Verity)
+	for i, nb := range c.Blocks.OfType("npm") {
+		r.Npm = append(r.Npm, d.decodeNpm(fmt.Sprintf("rootfs.npm.%d", i), nb))
+	}
 }

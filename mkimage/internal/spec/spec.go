@@ -80,6 +80,19 @@ type Rootfs struct {
 	// Verity puts a dm-verity hash tree in partition 2 and boots through it (Kata's measured rootfs,
 	// kernel_verity_params); image mode only.
 	Verity bool `json:"verity"`
+	// Npm are packages of the npm registry laid into the image (the agents' CLIs), in spec order.
+	Npm []NpmPackage `json:"npm,omitempty"`
+}
+
+// NpmPackage is one tarball of the npm registry, pinned by version and integrity, of which the
+// files Bin names are installed as executables.
+type NpmPackage struct {
+	Name      string `json:"name"`      // the block's label, e.g. "codex"
+	Package   string `json:"package"`   // the registry's name, e.g. "@openai/codex"
+	Version   string `json:"version"`   // exact, e.g. "0.171.0-linux-x64"
+	Integrity string `json:"integrity"` // the registry's dist.integrity, "sha512-" and base64
+	// Bin maps a path in the image to a file of the package (relative to its package/ directory).
+	Bin map[string]string `json:"bin"`
 }
 
 // Service is one supervised process and, optionally, the Go package that builds its binary.

@@ -92,6 +92,7 @@ func (d *decoder) validateRootfs(r *Rootfs) {
 	if r.SizeMiB < 0 {
 		d.errorf("rootfs.size_mib", "Invalid rootfs size", "size_mib must be a positive number of MiB, or 0 (or absent) to size the image automatically; got %d.", r.SizeMiB)
 	}
+	d.validateNpm(r.Npm)
 }
 
 // blockDrivers are the block_device_driver values whose kernel drivers kata-check knows.

@@ -36,6 +36,13 @@ type QEMURuntime struct {
 	Sockets string                           // QMP sockets (short: AF_UNIX paths are bounded); default State
 	Logf    func(format string, args ...any) // the VMs' console and QEMU's stderr
 	Notef   func(format string, args ...any) // what the runtime decided: adoptions, stale records
+	// GuestFwd forwards guest connections to vm.GuestFwdAddr:port to the host's 127.0.0.1:port2
+	// (the agents' model endpoint, for one); restricted user networking reaches nothing else.
+	GuestFwd map[int]int
+	// TCGCPU is the -cpu model when QEMU emulates (no KVM), e.g. "max" as Kata's own machine
+	// takes: the Bun-built agent CLIs (claude, opencode) need AVX2, which QEMU's default model
+	// lacks (they die of SIGILL). Under KVM the guest has the host's CPU. "" keeps QEMU's default.
+	TCGCPU string
 }
 
 // qemuRecord is what the Probe keeps of a running appliance VM, to adopt it after a restart.
@@ -104,6 +111,10 @@ func (r *QEMURuntime) boot(ctx context.Context, d spec.DevBox) (*qemuSandbox, er
 	}
 	opt.QMP = filepath.Join(sockets, "qmp-"+d.Name+".sock")
 	opt.DetachDir = logs
+	opt.GuestFwd = r.GuestFwd
+	if r.TCGCPU != "" && vm.Accel() != "kvm" {
+		opt.ExtraArgs = append(opt.ExtraArgs, "-cpu", r.TCGCPU)
+	}
 	host := &vmHost{name: "probe-" + d.Name, logf: r.Logf}
 	vctx, cancel := context.WithCancel(context.Background()) // the VM outlives the intent that booted it
 	v, err := vm.Start(vctx, host, opt)

@@ -119,6 +119,17 @@ const (
 	EventEscalation   = "escalation" // local recovery gave up: the Gateway decides
 	EventFence        = "fence"      // the Probe fenced its sessions
 	EventActivity     = "activity"   // a channel's connection or channel ended: who, what, when (metadata)
+	// EventAgentStatus: an agent adapter's CLI changed status (Phase: one of the Agent* values).
+	EventAgentStatus = "agent.status"
+)
+
+// Agent adapter statuses (EventAgentStatus's Phase).
+const (
+	AgentWorking  = "working"
+	AgentIdle     = "idle"
+	AgentApproval = "waiting_for_approval"
+	AgentDone     = "done"
+	AgentFailed   = "failed"
 )
 
 // Observed phases.

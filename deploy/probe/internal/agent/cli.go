@@ -1,0 +1,128 @@
+// Package agent is the Probe's Adapter Host for the agents' CLIs (codex, claude_code, opencode):
+// each adapter launches its CLI in a session's sandbox on a terminal (a process.exec run with a
+// pseudo-terminal, internal/term), feeds it a task, surfaces its status (working, idle, waiting
+// for approval, done, failed) as Probe events, and restarts it within bounds when it is killed
+// mid-task. Adapters are per session: one's faults never reach another's run or counters.
+package agent
+
+import (
+	"encoding/json"
+	"fmt"
+	"regexp"
+	"strings"
+)
+
+// Task is what an adapter feeds its CLI.
+type Task struct {
+	Prompt string
+	// ModelURL is the model vendor's endpoint as the sandbox reaches it, e.g.
+	// "http://10.0.2.100:8080"; "" leaves the CLI's own default.
+	ModelURL string
+	// APIKey is the credential the CLI sends to ModelURL.
+	APIKey string
+	// Model is the model name asked for; "" is the CLI's default.
+	Model string
+}
+
+// CLI is how one agent's CLI is started with a task and how its screen shows it waits for an
+// approval.
+type CLI struct {
+	Name     string // "codex", "claude_code", "opencode"
+	Binary   string // in the image, as mkimage's rootfs.npm bin installs it
+	Argv     func(bin string, t Task) []string
+	Env      func(t Task) map[string]string
+	Approval *regexp.Regexp // a permission prompt on the screen
+}
+
+// CLIs are the three adapters the seed names, by name.
+var CLIs = map[string]CLI{
+	"codex":       codex,
+	"claude_code": claudeCode,
+	"opencode":    opencode,
+}
+
+// Lookup returns the CLI named name, or an error that lists the known ones.
+func Lookup(name string) (CLI, error) {
+	if c, ok := CLIs[name]; ok {
+		return c, nil
+	}
+	return CLI{}, fmt.Errorf("agent CLI %q unknown: use codex, claude_code or opencode", name)
+}
+
+// codex exec runs one task to its end; the session's sandbox is the boundary, so codex's own
+// sandbox is off (it would nest bubblewrap inside bubblewrap) and it asks for no approvals.
+var codex = CLI{
+	Name: "codex", Binary: "/usr/bin/codex",
+	Argv: func(bin string, t Task) []string {
+		a := []string{bin, "exec", "--skip-git-repo-check", "-s", "danger-full-access"}
+		if t.Model != "" {
+			a = append(a, "-m", t.Model)
+		}
+		if t.ModelURL != "" {
+			a = append(a, "-c", "model_provider=allox", "-c",
+				fmt.Sprintf(`model_providers.allox={name="allox",base_url=%q,wire_api="responses",env_key="OPENAI_API_KEY"}`, strings.TrimSuffix(t.ModelURL, "/")+"/v1"))
+		}
+		return append(a, t.Prompt)
+	},
+	Env: func(t Task) map[string]string {
+		return map[string]string{"OPENAI_API_KEY": t.APIKey, "SHELL": "/bin/sh"}
+	},
+	Approval: regexp.MustCompile(`(?i)allow command\?|approve|\[y/n\]`),
+}
+
+// claude -p runs one task to its end with tools allowed (the session's sandbox is the boundary);
+// its permission requests are the dialog channel's (allox dialog hook claude-code).
+var claudeCode = CLI{
+	Name: "claude_code", Binary: "/usr/bin/claude",
+	Argv: func(bin string, t Task) []string {
+		a := []string{bin, "-p", "--dangerously-skip-permissions"}
+		if t.Model != "" {
+			a = append(a, "--model", t.Model)
+		}
+		return append(a, t.Prompt)
+	},
+	Env: func(t Task) map[string]string {
+		env := map[string]string{"ANTHROPIC_API_KEY": t.APIKey, "SHELL": "/bin/sh",
+			"DISABLE_AUTOUPDATER": "1", "CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC": "1"}
+		if t.ModelURL != "" {
+			env["ANTHROPIC_BASE_URL"] = strings.TrimSuffix(t.ModelURL, "/")
+		}
+		return env
+	},
+	Approval: regexp.MustCompile(`Do you want to (proceed|make this edit)|❯ 1\. Yes`),
+}
+
+// opencode run runs one task to its end against an OpenAI-compatible provider given in its
+// config (OPENCODE_CONFIG_CONTENT).
+var opencode = CLI{
+	Name: "opencode", Binary: "/usr/bin/opencode",
+	Argv: func(bin string, t Task) []string {
+		a := []string{bin, "run"}
+		if t.ModelURL != "" {
+			a = append(a, "-m", "allox/"+modelOr(t.Model, "scripted"))
+		}
+		return append(a, t.Prompt)
+	},
+	Env: func(t Task) map[string]string {
+		// Offline: without these opencode installs its default plugins and fetches model
+		// metadata from the network on start, which a session's sandbox may not reach.
+		env := map[string]string{"SHELL": "/bin/sh", "OPENCODE_DISABLE_DEFAULT_PLUGINS": "1", "OPENCODE_DISABLE_MODELS_FETCH": "1",
+			"OPENCODE_DISABLE_AUTOUPDATE": "1", "OPENCODE_DISABLE_LSP_DOWNLOAD": "1"}
+		if t.ModelURL != "" {
+			cfg, _ := json.Marshal(map[string]any{"permission": map[string]any{"bash": "allow", "edit": "allow"},
+				"provider": map[string]any{"allox": map[string]any{"npm": "@ai-sdk/openai-compatible",
+					"options": map[string]any{"baseURL": strings.TrimSuffix(t.ModelURL, "/") + "/v1", "apiKey": t.APIKey},
+					"models":  map[string]any{modelOr(t.Model, "scripted"): map[string]any{}}}}})
+			env["OPENCODE_CONFIG_CONTENT"] = string(cfg)
+		}
+		return env
+	},
+	Approval: regexp.MustCompile(`(?i)permission required|allow once`),
+}
+
+func modelOr(m, def string) string {
+	if m == "" {
+		return def
+	}
+	return m
+}
