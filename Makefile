@@ -34,6 +34,7 @@ image: bin/mkimage
 	bin/mkimage build -out $(OUT)/session-network qemu-tests/testdata/session-network.hcl
 	bin/mkimage build -out $(OUT)/session-share qemu-tests/testdata/session-share.hcl
 	bin/mkimage build -out $(OUT)/monitor qemu-tests/testdata/monitor.hcl
+	bin/mkimage build -out $(OUT)/dialog qemu-tests/testdata/dialog.hcl
 	CGO_ENABLED=0 $(GO) build -trimpath -buildvcs=false -ldflags=-buildid= -o bin/kata-agent-standin ./qemu-tests/internal/standin/kata-agent
 	bin/mkimage build -out $(OUT)/kata-agent qemu-tests/testdata/kata-agent.hcl
 
