@@ -16,6 +16,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/allox-os/allox/deploy/probe/internal/gateway"
 	"github.com/allox-os/allox/deploy/probe/internal/wire"
 	"github.com/allox-os/allox/internal/btrfstest"
 	"github.com/allox-os/allox/internal/daemontest"
@@ -282,9 +283,16 @@ func TestDialogTwoReplicas(t *testing.T) {
 	needBtrfs(t)
 	store := btrfstest.Mount(t)
 	f := newFleet(t)
-	url1, etcd, gw1 := f.gateway("r1", "")
-	url2, _, gw2 := f.gateway("r2", etcd)
-	url3, _, _ := f.gateway("r3", etcd)
+	etcdDir := t.TempDir()
+	e, err := gateway.StartEmbedded(etcdDir, "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	closeEtcd := sync.OnceFunc(e.Close)
+	t.Cleanup(closeEtcd)
+	url1, _, gw1 := f.gateway("r1", e.Endpoint)
+	url2, _, gw2 := f.gateway("r2", e.Endpoint)
+	url3, _, _ := f.gateway("r3", e.Endpoint)
 	h := dialogProbe(t, f, "host-a", url1+","+url2, store)
 	a := f.admin(url1, url2)
 	runGatewayCLI(t, f, url2, "apply", writeSpec(t, dialogSpec))
@@ -327,8 +335,9 @@ func TestDialogTwoReplicas(t *testing.T) {
 	}
 	gw2.kill()
 	h.p.kill()
+	closeEtcd()
 	assertNowhere(t, []string{prompt, prompt2, choice}, map[string][]byte{"r1 log": logOf(gw1), "r2 log": logOf(gw2), "probe log": logOf(h.p)},
-		f.etcdData[0], h.state, filepath.Join(root, ".allox-state"))
+		etcdDir, h.state, filepath.Join(root, ".allox-state"))
 }
 
 func logOf(p *proc) []byte {
