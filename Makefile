@@ -22,7 +22,7 @@ bin/mkimage: deps FORCE
 # dm-verity root ($(OUT)/verity/), the system-effects observer ($(OUT)/system-effects/), python3
 # for the session client's shims ($(OUT)/python/), the session-network plugin in proxy mode with
 # python3 and ssh ($(OUT)/session-network/), the session-share plugin with its tools on
-# and python3 ($(OUT)/session-share/), the monitor plugin with python3 ($(OUT)/monitor/), the stand-in kata-agent ($(OUT)/kata-agent/,
+# and python3 ($(OUT)/session-share/), the monitor plugin with python3 ($(OUT)/monitor/), the dialog plugin ($(OUT)/dialog/), the stand-in kata-agent ($(OUT)/kata-agent/,
 # with bin/kata-agent-standin: not the real agent). Their kernel is the same, so the later builds
 # take it from the cache.
 image: bin/mkimage
