@@ -1,7 +1,10 @@
 package probe
 
 import (
+	"os"
 	"path/filepath"
+	"strconv"
+	"syscall"
 	"strings"
 	"testing"
 	"time"
@@ -31,6 +34,7 @@ func TestDialogApplianceEndToEnd(t *testing.T) {
 		t.Fatal(err)
 	}
 	state := shortDir(t)
+	t.Cleanup(func() { killHolding(state) }) // a killed Probe's VMs outlive it
 	probeProc := start(t, "vmhost", bins(t)["probe"], "serve", "--gateway", gwURL, "--host", "vmhost", "--pki", f.pki, "--state", state,
 		"--slots", "1", "--appliance", out, "--supervise-every", "200ms", "--dialog",
 		"--ssh-listen", "127.0.0.1:0", "--ssh-user-ca", f.pki+"/ssh-ca.pub")
@@ -46,15 +50,15 @@ func TestDialogApplianceEndToEnd(t *testing.T) {
 	}
 	c := sshLogin(t, f, gwURL, sshAddr, "vmbox", "s1", "main+s1")
 	defer c.Close()
-	asked := func(stdin, flags string) <-chan string {
-		done := make(chan string, 1)
+	asked := func(stdin, flags string) chan string {
+		done := make(chan string, 2)
 		s, err := c.NewSession()
 		if err != nil {
 			t.Fatal(err)
 		}
 		s.Stdin = strings.NewReader(stdin)
 		go func() {
-			o, err := s.Output(`read -r opt; allox dialog ask --option "$opt" --option no --default no ` + flags + ` -`)
+			o, err := s.Output(`read -r opt; /run/allox/bin/allox dialog ask --option "$opt" --option no --default no ` + flags + ` -`)
 			if err != nil {
 				o = append(o, []byte(" (error: "+err.Error()+")")...)
 			}
@@ -65,7 +69,17 @@ func TestDialogApplianceEndToEnd(t *testing.T) {
 
 	prompt, choice := marker(t, "prompt"), marker(t, "choice")
 	got := asked(choice+"\n"+prompt, "--timeout 300")
+	listed := make(chan struct{})
+	go func() { // an asking process that ends before it is listed says why
+		select {
+		case o := <-got:
+			t.Errorf("the asking process ended before its request was listed: %q", o)
+			got <- o
+		case <-listed:
+		}
+	}()
 	it := waitItem(t, f, gwURL, prompt)
+	close(listed)
 	if it.DevBox != "vmbox" || it.Session != "s1" || it.Host != "vmhost" || it.PromptBytes != len(prompt) {
 		t.Fatalf("the listed request %+v", it.DialogRecord)
 	}
@@ -110,4 +124,19 @@ func TestDialogApplianceEndToEnd(t *testing.T) {
 	probeProc.kill()
 	assertNowhere(t, []string{prompt, prompt2, choice}, map[string][]byte{"audit": []byte(audit), "gateway log": logOf(gw), "probe log": logOf(probeProc)},
 		f.etcdData[0], state)
+}
+
+// killHolding kills the processes whose command line names dir (the QEMU processes of a Probe's
+// state directory).
+func killHolding(dir string) {
+	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	for _, p := range procs {
+		b, err := os.ReadFile(p)
+		if err != nil || !strings.Contains(string(b), dir+"/") {
+			continue
+		}
+		if pid, err := strconv.Atoi(filepath.Base(filepath.Dir(p))); err == nil && pid != os.Getpid() {
+			syscall.Kill(pid, syscall.SIGKILL)
+		}
+	}
 }
