@@ -22,10 +22,10 @@ bin/mkimage: deps FORCE
 # dm-verity root ($(OUT)/verity/), the system-effects observer ($(OUT)/system-effects/), python3
 # for the session client's shims ($(OUT)/python/), the session-network plugin in proxy mode with
 # python3 and ssh ($(OUT)/session-network/), the session-share plugin with its tools on
-# and python3 ($(OUT)/session-share/), the monitor plugin with python3 ($(OUT)/monitor/), the kuruwa
-# service with managed execution ($(OUT)/kuruwa/), the stand-in kata-agent ($(OUT)/kata-agent/,
-# with bin/kata-agent-standin: not the real agent), and the agents' CLIs from the npm registry
-# ($(OUT)/agents/). Their kernel is the same, so the later builds
+# and python3 ($(OUT)/session-share/), the monitor plugin with python3 ($(OUT)/monitor/), the dialog
+# plugin ($(OUT)/dialog/), the kuruwa service with managed execution ($(OUT)/kuruwa/), the stand-in
+# kata-agent ($(OUT)/kata-agent/, with bin/kata-agent-standin: not the real agent), and the agents'
+# CLIs from the npm registry ($(OUT)/agents/). Their kernel is the same, so the later builds
 # take it from the cache.
 image: bin/mkimage
 	bin/mkimage build -out $(OUT)
@@ -37,6 +37,7 @@ image: bin/mkimage
 	bin/mkimage build -out $(OUT)/session-share qemu-tests/testdata/session-share.hcl
 	bin/mkimage build -out $(OUT)/monitor qemu-tests/testdata/monitor.hcl
 	bin/mkimage build -out $(OUT)/kuruwa qemu-tests/testdata/kuruwa.hcl
+	bin/mkimage build -out $(OUT)/dialog qemu-tests/testdata/dialog.hcl
 	CGO_ENABLED=0 $(GO) build -trimpath -buildvcs=false -ldflags=-buildid= -o bin/kata-agent-standin ./qemu-tests/internal/standin/kata-agent
 	bin/mkimage build -out $(OUT)/kata-agent qemu-tests/testdata/kata-agent.hcl
 	bin/mkimage build -out $(OUT)/agents qemu-tests/testdata/agents.hcl

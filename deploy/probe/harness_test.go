@@ -50,6 +50,9 @@ func TestMain(m *testing.M) {
 		return
 	}
 	code := m.Run()
+	for _, d := range builtDirs {
+		os.RemoveAll(d)
+	}
 	if bins, err := binaries(); err == nil {
 		os.RemoveAll(filepath.Dir(bins["gateway"]))
 	}
@@ -140,6 +143,8 @@ type fleet struct {
 	t   testing.TB
 	pki string
 	ca  *pki.CA
+	// etcdData are the embedded etcd data directories of the replicas started with their own.
+	etcdData []string
 }
 
 func newFleet(t *testing.T) *fleet { return newFleetTB(t) }
@@ -172,7 +177,9 @@ func (f *fleet) gateway(name, etcd string, lease ...string) (url, etcdEndpoint s
 	}
 	args := append([]string{"serve", "--listen", "127.0.0.1:0", "--pki", f.pki, "--replica", name}, lease...)
 	if etcd == "" {
-		args = append(args, "--data", f.t.TempDir(), "--etcd-listen", "127.0.0.1:0")
+		data := f.t.TempDir()
+		f.etcdData = append(f.etcdData, data)
+		args = append(args, "--data", data, "--etcd-listen", "127.0.0.1:0")
 	} else {
 		args = append(args, "--etcd", etcd)
 	}

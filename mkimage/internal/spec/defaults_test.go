@@ -187,6 +187,24 @@ func TestSystemEffectsSpec(t *testing.T) {
 	}
 }
 
+// The appliance of the Probe's dialog test is the default one plus the dialog plugin, enabled by
+// sandbox { dialog = true } (rendered --dialog): nothing else may differ.
+func TestDialogSpec(t *testing.T) {
+	def, dl := loadAppliances(t, "dialog.hcl")
+	checkPluginAppliance(t, def, dl, "dialog.hcl", []string{PluginDialog}, nil)
+	if cmd := dl.Manifest().Services[0].Command; !slices.Contains(cmd, "--dialog") || slices.Contains(def.Manifest().Services[0].Command, "--dialog") {
+		t.Errorf("the daemon's command %q must hold --dialog (and the default's must not)", cmd)
+	}
+	if sb := dl.Services[0].Sandbox; sb == nil || !sb.Dialog {
+		t.Fatal("dialog.hcl does not set sandbox { dialog = true }")
+	} else {
+		sb.Dialog = false
+	}
+	if diff := cmp.Diff(def, dl); diff != "" {
+		t.Errorf("dialog.hcl drifted from images/allox.hcl beyond the plugin (-default +dialog):\n%s", diff)
+	}
+}
+
 // The appliance of the guest's session client test is the default one with python3-minimal in
 // the userland (for the python shims): nothing else may differ.
 func TestPythonSpec(t *testing.T) {

@@ -127,9 +127,26 @@ type Broker struct {
 
 	mu      sync.Mutex
 	open    map[string]*pending
-	changed chan struct{} // closed and replaced when a question opens
+	changed chan struct{} // closed and replaced when a question opens or ends
+	gen     int64         // counts openings and endings: dialog.pending's since
+	ended   []Ended       // the last maxEnded endings, oldest first
 	logMu   sync.Mutex
 }
+
+// Ended is how a question ended, for the host side's watcher: metadata only.
+type Ended struct {
+	Generation  int64     `json:"generation"`
+	RequestID   string    `json:"request_id"`
+	AgentID     string    `json:"agent_id"`
+	SessionID   string    `json:"session_id"`
+	Outcome     string    `json:"outcome"`
+	By          string    `json:"by,omitempty"`
+	AnswerBytes int       `json:"answer_bytes"`
+	At          time.Time `json:"at"`
+}
+
+// maxEnded bounds the endings dialog.pending reports.
+const maxEnded = 256
 
 type pending struct {
 	req  Request
@@ -234,8 +251,7 @@ func (b *Broker) ask(ctx context.Context, c *plugin.Call) (any, error) {
 		return nil, rpc.Errorf(rpc.CodeConflict, "", "the session has %d open questions, the most it may: wait for an answer", n)
 	}
 	b.open[pd.req.RequestID] = pd
-	close(b.changed)
-	b.changed = make(chan struct{})
+	b.bump()
 	b.mu.Unlock()
 
 	timer := time.NewTimer(timeout)
@@ -258,6 +274,12 @@ func (b *Broker) resolve(id string, a Answer) Answer {
 	pd, ok := b.open[id]
 	if ok {
 		delete(b.open, id)
+		b.bump()
+		b.ended = append(b.ended, Ended{Generation: b.gen, RequestID: id, AgentID: pd.req.AgentID, SessionID: pd.req.SessionID,
+			Outcome: a.Outcome, By: a.By, AnswerBytes: len(a.Choice), At: time.Now().UTC()})
+		if len(b.ended) > maxEnded {
+			b.ended = b.ended[len(b.ended)-maxEnded:]
+		}
 	}
 	b.mu.Unlock()
 	if !ok {
@@ -267,6 +289,13 @@ func (b *Broker) resolve(id string, a Answer) Answer {
 	pd.done <- a
 	b.record(pd.req, a)
 	return a
+}
+
+// bump wakes the waiters of dialog.pending; the caller holds mu.
+func (b *Broker) bump() {
+	b.gen++
+	close(b.changed)
+	b.changed = make(chan struct{})
 }
 
 func (b *Broker) record(r Request, a Answer) {
@@ -290,15 +319,24 @@ func (b *Broker) record(r Request, a Answer) {
 	}
 }
 
+// pending answers the open questions. Without since, it waits (up to wait) for one to be open;
+// with since (a generation an earlier reply gave), it waits until something opened or ended after
+// it, and the reply also holds the endings after it: what a watcher such as the Probe needs to
+// forward questions and their outcomes. now is the appliance's clock, for the caller to place the
+// deadlines on its own.
 func (b *Broker) pending(ctx context.Context, c *plugin.Call) (any, error) {
 	var p struct {
-		Wait float64 `json:"wait"` // seconds to wait for a question when none is open
+		Wait  float64 `json:"wait"` // seconds to wait for a question when none is open
+		Since *int64  `json:"since"`
 	}
 	if err := rpc.DecodeParams(c.Params, &p); err != nil {
 		return nil, err
 	}
 	if p.Wait < 0 || p.Wait > MaxPendingWait {
 		return nil, field("wait", "%g s: use 0 to %.0f", p.Wait, MaxPendingWait)
+	}
+	if p.Since != nil && *p.Since < 0 {
+		return nil, field("since", "%d: use a generation an earlier reply gave (0 at first)", *p.Since)
 	}
 	deadline := time.After(time.Duration(p.Wait * float64(time.Second)))
 	for {
@@ -307,16 +345,28 @@ func (b *Broker) pending(ctx context.Context, c *plugin.Call) (any, error) {
 		for _, pd := range b.open {
 			out = append(out, pd.req)
 		}
-		changed := b.changed
+		gen, changed := b.gen, b.changed
+		var ended []Ended
+		if p.Since != nil {
+			for _, e := range b.ended {
+				if e.Generation > *p.Since {
+					ended = append(ended, e)
+				}
+			}
+		}
 		b.mu.Unlock()
-		if len(out) > 0 || p.Wait == 0 {
+		ready := len(out) > 0
+		if p.Since != nil {
+			ready = gen != *p.Since
+		}
+		if ready || p.Wait == 0 {
 			slices.SortFunc(out, func(x, y Request) int { return x.Asked.Compare(y.Asked) })
-			return map[string]any{"requests": out}, nil
+			return map[string]any{"requests": out, "ended": ended, "generation": gen, "now": time.Now().UTC()}, nil
 		}
 		select {
 		case <-changed:
 		case <-deadline:
-			return map[string]any{"requests": out}, nil
+			return map[string]any{"requests": out, "ended": ended, "generation": gen, "now": time.Now().UTC()}, nil
 		case <-ctx.Done():
 			return nil, ctx.Err()
 		}

@@ -8,6 +8,8 @@
 //	gateway op checkpoint|rollback|vm_snapshot DEVBOX [...]                act on a session
 //	gateway ca ssh-init --dir DIR                                          make the SSH CA (ssh_remote)
 //	gateway ssh-cert --key F.pub --who W --approval REF DEVBOX SESSION     a short-lived SSH credential
+//	gateway dialog ls [--all]                                              the open dialog requests
+//	gateway dialog answer --devbox D --session S REQUEST_ID CHOICE         answer one
 package main
 
 import (
@@ -41,10 +43,15 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return ca(args[1:], stdout)
 	case "apply", "get", "list", "leases", "audit", "op", "ssh-cert":
 		return operate(ctx, args[0], args[1:], stdout)
+	case "dialog":
+		if len(args) < 2 || (args[1] != "ls" && args[1] != "answer") {
+			return fmt.Errorf("usage: gateway dialog ls [--all] | gateway dialog answer --devbox D --session S REQUEST_ID CHOICE")
+		}
+		return operate(ctx, "dialog-"+args[1], args[2:], stdout)
 	}
 	return usageError()
 }
 
 func usageError() error {
-	return fmt.Errorf("usage: gateway serve|ca|apply|get|list|leases|audit|op|ssh-cert (see `go doc ./deploy/probe/cmd/gateway`)")
+	return fmt.Errorf("usage: gateway serve|ca|apply|get|list|leases|audit|op|ssh-cert|dialog (see `go doc ./deploy/probe/cmd/gateway`)")
 }

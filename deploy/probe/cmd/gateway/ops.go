@@ -88,7 +88,7 @@ func operate(ctx context.Context, cmd string, args []string, stdout io.Writer) e
 	reason := fs.String("reason", "", "why (recorded in the audit)")
 	after := fs.String("after", "", "audit: the key to page after")
 	limit := fs.Int("limit", 50, "audit: records per page")
-	session := fs.String("session", "", "op: the session")
+	session := fs.String("session", "", "op, dialog answer: the session")
 	checkpoint := fs.String("checkpoint", "", "op rollback: the checkpoint to restore")
 	approval := fs.String("approval", "", "op: the approval reference (required for rollback)")
 	wait := fs.Duration("wait", 0, "op: wait this long for the Probe's result")
@@ -99,6 +99,8 @@ func operate(ctx context.Context, cmd string, args []string, stdout io.Writer) e
 	forward := fs.Bool("forward", true, "ssh-cert: permit direct-tcpip and direct-streamlocal forwards (an IDE needs them)")
 	agentFwd := fs.Bool("agent-forwarding", false, "ssh-cert: permit ssh -A (the session's runs of the connection use the client's SSH agent)")
 	outFile := fs.String("o", "", "ssh-cert: write the certificate to this file (ssh's -cert.pub beside the key) instead of stdout")
+	all := fs.Bool("all", false, "dialog ls: the ended requests too (metadata)")
+	devbox := fs.String("devbox", "", "dialog answer: the DevBox of the request")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -162,6 +164,20 @@ func operate(ctx context.Context, cmd string, args []string, stdout io.Writer) e
 			}
 		}
 		out = &c
+	case "dialog-ls":
+		var l []wire.DialogItem
+		path := wire.PathDialog
+		if *all {
+			path += "?all=1"
+		}
+		err, out = a.Do(ctx, http.MethodGet, path, nil, &l), &l
+	case "dialog-answer":
+		if len(rest) != 2 || *devbox == "" || *session == "" {
+			return errors.New("usage: gateway dialog answer --devbox DEVBOX --session SESSION REQUEST_ID CHOICE (gateway dialog ls lists the requests)")
+		}
+		var rec wire.DialogRecord
+		req := wire.DialogAnswerRequest{DevBox: *devbox, Session: *session, RequestID: rest[0], Choice: rest[1]}
+		err, out = a.Do(ctx, http.MethodPost, wire.PathDialogAnswer, req, &rec), &rec
 	case "op":
 		if len(rest) != 2 {
 			return errors.New("usage: gateway op checkpoint|rollback|vm_snapshot DEVBOX [--session S] [--checkpoint C] [--approval REF]")

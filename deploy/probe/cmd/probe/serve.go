@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/allox-os/allox/deploy/probe/internal/dialogfwd"
 	"github.com/allox-os/allox/deploy/probe/internal/pki"
 	"github.com/allox-os/allox/deploy/probe/internal/probe"
 	"github.com/allox-os/allox/deploy/probe/internal/spec"
@@ -38,6 +39,9 @@ func serve(ctx context.Context, args []string, log *slog.Logger) error {
 	sshListen := fs.String("ssh-listen", "", "ssh_remote: the SSH endpoint's address, e.g. 0.0.0.0:2222 (empty: no ssh_remote channel)")
 	sshCA := fs.String("ssh-user-ca", "", "ssh_remote: the Gateway's SSH certificate authority, its public key in authorized_keys form (gateway ssh-ca init writes ssh-ca.pub)")
 	sshHostKey := fs.String("ssh-host-key", "", "ssh_remote: the endpoint's host key, an OpenSSH private key file, made if missing (default STATE/ssh-host-key)")
+	dialogOn := fs.Bool("dialog", false, "dialog: forward the sandboxes' dialog questions to every Gateway replica and deliver the answers (the appliance needs the dialog plugin)")
+	var daemonFlags multiFlag
+	fs.Var(&daemonFlags, "daemon-flag", "process runtime: one more flag of the workspace daemons (repeat), e.g. --daemon-flag=--dialog")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -83,7 +87,7 @@ func serve(ctx context.Context, args []string, log *slog.Logger) error {
 	}
 	runtimes := map[string]probe.Runtime{}
 	if *daemon != "" {
-		runtimes[spec.RuntimeProcess] = &probe.ProcessRuntime{Daemon: *daemon, Store: *store, State: *state, CgroupParent: *cgroupParent, Client: *daemonClient, Sockets: *sockets}
+		runtimes[spec.RuntimeProcess] = &probe.ProcessRuntime{Daemon: *daemon, Store: *store, State: *state, CgroupParent: *cgroupParent, Client: *daemonClient, Sockets: *sockets, Extra: daemonFlags}
 	}
 	if *applianceOut != "" {
 		q := &probe.QEMURuntime{Out: *applianceOut, State: *state, Sockets: *sockets,
@@ -97,6 +101,7 @@ func serve(ctx context.Context, args []string, log *slog.Logger) error {
 	var p *probe.Probe
 	var channels []probe.ChannelSupervisor
 	var serveSSH func()
+	startDialog := func() {}
 	if *sshListen != "" {
 		ch, ln, err := sshChannel(*sshListen, *sshCA, cmpOr(*sshHostKey, filepath.Join(*state, "ssh-host-key")), log,
 			func(ev wire.Event) { p.Emit(ev) })
@@ -113,11 +118,21 @@ func serve(ctx context.Context, args []string, log *slog.Logger) error {
 		}
 		log.Info("ssh listening", "addr", ln.Addr().String())
 	}
+	if *dialogOn {
+		streams, err := wire.NewDialogClients(*host, strings.Split(*gw, ","), tc)
+		if err != nil {
+			return err
+		}
+		fwd := dialogfwd.New(streams, func() int64 { return p.Epoch() }, log)
+		channels = append(channels, fwd)
+		startDialog = func() { go fwd.Run(ctx) }
+	}
 	p = probe.New(probe.Config{Host: *host, Slots: *slots, StateDir: *state, Supervise: *supervise, Channels: channels,
 		Heal: probe.HealPolicy{MaxAttempts: *healAttempts, Backoff: *healBackoff, MaxBackoff: *healMaxBackoff}}, client, probe.NewHostRuntime(runtimes))
 	if serveSSH != nil {
 		go serveSSH() // once p is there: the channel's activity goes to its events
 	}
+	startDialog() // once p is there: its streams carry p's epoch
 	log.Info("serving", "host", *host, "gateway", *gw, "runtimes", fmt.Sprint(keys(runtimes)))
 	err = p.Run(ctx)
 	if errors.Is(err, context.Canceled) {
@@ -150,3 +165,9 @@ func status(args []string, stdout io.Writer) error {
 	_, err = stdout.Write(b)
 	return err
 }
+
+// multiFlag is a repeatable string flag.
+type multiFlag []string
+
+func (m *multiFlag) String() string     { return strings.Join(*m, " ") }
+func (m *multiFlag) Set(v string) error { *m = append(*m, v); return nil }

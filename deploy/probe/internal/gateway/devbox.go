@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"slices"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -58,7 +57,7 @@ func (g *Gateway) Apply(ctx context.Context, actor string, a wire.Apply, traceID
 
 func equalSpec(a, b spec.DevBox) bool {
 	return a.Name == b.Name && a.Runtime == b.Runtime && a.MemoryMiB == b.MemoryMiB && a.State == b.State &&
-		a.Agent == b.Agent && slices.Equal(a.Sessions, b.Sessions)
+		a.Agent == b.Agent && spec.SameSessions(a.Sessions, b.Sessions)
 }
 
 // Get returns a DevBox's spec, placement and observed state.
@@ -116,7 +115,7 @@ func (g *Gateway) Op(ctx context.Context, actor string, op wire.Op, traceID stri
 	}
 	switch op.Kind {
 	case wire.IntentCheckpoint, wire.IntentRollback:
-		if !slices.Contains(st.Spec.Sessions, spec.Session{Name: op.Session}) {
+		if !hasSession(st.Spec, op.Session) {
 			return "", fmt.Errorf("%w: session %q is not a session of devbox %q; name one of its spec's sessions", ErrInvalid, op.Session, op.DevBox)
 		}
 	case wire.IntentSnapshot:
@@ -167,4 +166,9 @@ func randomID() string {
 	var b [8]byte
 	rand.Read(b[:])
 	return hex.EncodeToString(b[:])
+}
+
+func hasSession(d spec.DevBox, name string) bool {
+	_, ok := d.Session(name)
+	return ok
 }

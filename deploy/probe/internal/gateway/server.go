@@ -28,6 +28,29 @@ func (g *Gateway) Handler() http.Handler {
 	probe(wire.PathHeartbeat, g.handleHeartbeat)
 	probe(wire.PathIntents, g.handleIntents)
 	probe(wire.PathEvents, g.handleEvents)
+	probe(wire.PathDialogSync, func(w http.ResponseWriter, r *http.Request, host, _ string) error {
+		var s wire.DialogSync
+		if err := decode(r, &s); err != nil {
+			return err
+		}
+		if err := sameHost(host, s.Host); err != nil {
+			return err
+		}
+		a, err := g.DialogSync(r.Context(), s)
+		return reply(w, a, err)
+	})
+	admin("GET "+wire.PathDialog, func(w http.ResponseWriter, r *http.Request, _, _ string) error {
+		l, err := g.DialogList(r.Context(), r.URL.Query().Get("all") == "1")
+		return reply(w, l, err)
+	})
+	admin("POST "+wire.PathDialogAnswer, func(w http.ResponseWriter, r *http.Request, name, trace string) error {
+		var req wire.DialogAnswerRequest
+		if err := decode(r, &req); err != nil {
+			return err
+		}
+		rec, err := g.DialogAnswer(r.Context(), "admin:"+name, req, trace)
+		return reply(w, rec, err)
+	})
 	admin("POST "+wire.PathApply, g.handleApply)
 	admin("GET "+wire.PathDevBoxes, func(w http.ResponseWriter, r *http.Request, _, _ string) error {
 		l, err := g.List(r.Context())
@@ -202,6 +225,8 @@ func mapErr(w http.ResponseWriter, err error) {
 		{ErrLost, http.StatusConflict, "lease_lost"},
 		{ErrConflict, http.StatusConflict, "conflict"},
 		{ErrDenied, http.StatusForbidden, "forbidden"},
+		{ErrLate, http.StatusGone, "late"},
+		{ErrUndelivered, http.StatusGatewayTimeout, "undelivered"},
 	} {
 		if errors.Is(err, m.err) {
 			writeErr(w, m.status, m.code, err.Error(), "")

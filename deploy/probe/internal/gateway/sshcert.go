@@ -3,14 +3,12 @@ package gateway
 import (
 	"context"
 	"fmt"
-	"slices"
 	"strings"
 	"time"
 
 	"golang.org/x/crypto/ssh"
 
 	"github.com/allox-os/allox/deploy/probe/internal/audit"
-	"github.com/allox-os/allox/deploy/probe/internal/spec"
 	"github.com/allox-os/allox/deploy/probe/internal/sshcert"
 	"github.com/allox-os/allox/deploy/probe/internal/wire"
 )
@@ -32,7 +30,7 @@ func (g *Gateway) SSHCert(ctx context.Context, actor string, req wire.SSHCertReq
 	if err != nil {
 		return out, err
 	}
-	if !slices.Contains(st.Spec.Sessions, spec.Session{Name: req.Session}) {
+	if !hasSession(st.Spec, req.Session) {
 		return out, fmt.Errorf("%w: session %q is not a session of devbox %q; name one of its spec's sessions", ErrInvalid, req.Session, req.DevBox)
 	}
 	if req.Approval == "" {

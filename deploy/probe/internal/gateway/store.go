@@ -71,6 +71,7 @@ type Gateway struct {
 	cli    *clientv3.Client
 	cfg    Config
 	leader *leader
+	dialog dialogHub // open dialog requests' content, in memory only
 }
 
 // New returns a replica on cli.

@@ -7,7 +7,13 @@
 //	  memory_mib = 1024
 //	  state      = "running"   # or "stopped"
 //	  agent      = "main"
-//	  session "s1" {}
+//	  session "s1" {
+//	    dialog_rule "tests" {          # the dialog channel's policy: answers the Gateway gives
+//	      kind   = "permission"        # optional: permission or question
+//	      prompt = "^Claude Code wants to use Bash: go test " # optional: an RE2 the prompt matches
+//	      answer = "allow"             # one of the question's options
+//	    }
+//	  }
 //	}
 package spec
 
@@ -37,6 +43,45 @@ type DevBox struct {
 // Session is a session of the DevBox's agent.
 type Session struct {
 	Name string `hcl:"name,label" json:"name"`
+	// DialogRules answer the session's dialog requests on the Gateway's behalf, first match wins;
+	// a request no rule matches waits for a person.
+	DialogRules []DialogRule `hcl:"dialog_rule,block" json:"dialog_rules,omitempty"`
+}
+
+// DialogRule is one policy answer of the dialog channel. It matches a request's kind and prompt
+// (in the Gateway's memory only) and answers it with Answer, recorded as policy:DEVBOX/SESSION/NAME.
+type DialogRule struct {
+	Name   string `hcl:"name,label" json:"name"`
+	Kind   string `hcl:"kind,optional" json:"kind,omitempty"`
+	Prompt string `hcl:"prompt,optional" json:"prompt,omitempty"`
+	Answer string `hcl:"answer" json:"answer"`
+}
+
+// Match reports whether the rule answers a request of kind with prompt.
+func (r DialogRule) Match(kind, prompt string) bool {
+	if r.Kind != "" && r.Kind != kind {
+		return false
+	}
+	if r.Prompt == "" {
+		return true
+	}
+	re, err := regexp.Compile(r.Prompt)
+	return err == nil && re.MatchString(prompt)
+}
+
+// Session returns the DevBox's session name, if it has one.
+func (d *DevBox) Session(name string) (Session, bool) {
+	for _, s := range d.Sessions {
+		if s.Name == name {
+			return s, true
+		}
+	}
+	return Session{}, false
+}
+
+// SameSessions compares two DevBoxes' sessions with their rules.
+func SameSessions(a, b []Session) bool {
+	return slices.EqualFunc(a, b, func(x, y Session) bool { return x.Name == y.Name && slices.Equal(x.DialogRules, y.DialogRules) })
 }
 
 // Runtimes and states a DevBox may name.
@@ -148,6 +193,21 @@ func (d *DevBox) check(b *hclsyntax.Block, seen map[string]bool) hcl.Diagnostics
 			at("Duplicate session", "devbox %q: session %q is declared twice: give each its own name.", d.Name, s.Name)
 		}
 		names[s.Name] = true
+		rules := map[string]bool{}
+		for _, r := range s.DialogRules {
+			switch {
+			case !nameRE.MatchString(r.Name) || rules[r.Name]:
+				at("Invalid dialog_rule", "devbox %q: session %q: dialog_rule %q: give each rule its own name of a-z, 0-9 and '-'.", d.Name, s.Name, r.Name)
+			case r.Kind != "" && r.Kind != "permission" && r.Kind != "question":
+				at("Invalid dialog_rule kind", "devbox %q: session %q: dialog_rule %q: kind = %q; use permission or question, or leave it out for both.", d.Name, s.Name, r.Name, r.Kind)
+			case r.Answer == "":
+				at("Invalid dialog_rule answer", "devbox %q: session %q: dialog_rule %q: answer is empty; give one of the questions' options, e.g. \"allow\".", d.Name, s.Name, r.Name)
+			}
+			if _, err := regexp.Compile(r.Prompt); err != nil {
+				at("Invalid dialog_rule prompt", "devbox %q: session %q: dialog_rule %q: prompt is not an RE2 regular expression: %v.", d.Name, s.Name, r.Name, err)
+			}
+			rules[r.Name] = true
+		}
 	}
 	return diags
 }
