@@ -1,9 +1,12 @@
 package qemutests
 
 import (
+	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -151,5 +154,11 @@ func (b *booted) checkTokenRequired(ctx context.Context, t *testing.T) {
 		if !errors.As(err, &rerr) || !errors.Is(err, rpc.CodeUnauthorized) {
 			t.Errorf("system.info with token %q: %v; want an RPC error %s", token, err, rpc.CodeUnauthorized)
 		}
+	}
+	// Attack: any user of the host reads QEMU's command line for the token. It is not there (the
+	// harness hands fw_cfg values to QEMU in 0600 files).
+	cmdline, err := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", b.Pid()))
+	if err != nil || len(cmdline) == 0 || bytes.Contains(cmdline, []byte(b.token)) {
+		t.Errorf("QEMU's /proc/PID/cmdline (%v) holds the appliance's token, or could not be read", err)
 	}
 }

@@ -52,7 +52,7 @@ func TestKataMachineArgs(t *testing.T) {
 	if err := o.validate(); err != nil {
 		t.Fatal(err)
 	}
-	if diff := cmp.Diff(want, o.args(nil)); diff != "" {
+	if diff := cmp.Diff(want, o.args(nil, nil)); diff != "" {
 		t.Errorf("args (-want +got):\n%s", diff)
 	}
 	if got := (Options{Accel: "kvm", KataMachine: true}).cpuArgs(); !cmp.Equal(got, []string{"-cpu", "host,pmu=off"}) {
@@ -67,7 +67,7 @@ func TestVirtioConsoleKeepsCmdline(t *testing.T) {
 	if diff := cmp.Diff(kataLine, o.Cmdline); diff != "" {
 		t.Errorf("cmdline (-want +got):\n%s", diff)
 	}
-	for _, a := range o.args(nil) {
+	for _, a := range o.args(nil, nil) {
 		if strings.Contains(a, "ttyS0") || a == "-serial" {
 			t.Errorf("virtio console args contain %q", a)
 		}

@@ -140,9 +140,11 @@ func (o Options) validate() error {
 	return errors.Join(errs...)
 }
 
-// args renders the QEMU arguments; hostFwd has every host port resolved. The order is fixed (maps
-// are sorted) so that the same options always give the same command line.
-func (o Options) args(hostFwd map[int]int) []string {
+// args renders the QEMU arguments; hostFwd has every host port resolved, and fwCfgFiles names the
+// file holding each FwCfg value (fw_cfg's file= form: a string= value, such as the appliance's
+// bearer token, would be readable by every user of the host in QEMU's /proc/PID/cmdline). The
+// order is fixed (maps are sorted) so that the same options always give the same command line.
+func (o Options) args(hostFwd map[int]int, fwCfgFiles map[string]string) []string {
 	a := []string{
 		"-machine", o.machineArg(), "-accel", o.Accel,
 	}
@@ -174,7 +176,7 @@ func (o Options) args(hostFwd map[int]int) []string {
 		a = append(a, "-netdev", netdev, "-device", "virtio-net-pci,netdev=net0,romfile=")
 	}
 	for _, name := range sortedKeys(o.FwCfg) {
-		a = append(a, "-fw_cfg", fmt.Sprintf("name=%s,string=%s", name, optEscape(o.FwCfg[name])))
+		a = append(a, "-fw_cfg", fmt.Sprintf("name=%s,file=%s", name, optEscape(fwCfgFiles[name])))
 	}
 	return append(a, o.ExtraArgs...)
 }

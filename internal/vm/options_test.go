@@ -38,7 +38,7 @@ func TestArgs(t *testing.T) {
 			"-drive", "if=none,id=d1,file=/t/a,,b.img,format=raw", "-device", "virtio-blk-pci,drive=d1,serial=allox-store",
 			"-netdev", "user,id=net0,restrict=on,hostfwd=tcp:127.0.0.1:40001-:22,hostfwd=tcp:127.0.0.1:40000-:7000",
 			"-device", "virtio-net-pci,netdev=net0,romfile=",
-			"-fw_cfg", "name=opt/a,string=x,,y", "-fw_cfg", "name=opt/z,string=1", "-S"},
+			"-fw_cfg", "name=opt/a,file=/run/fw,,a", "-fw_cfg", "name=opt/z,file=/run/fw-z", "-S"},
 	}, {
 		name: "guest forwards to the host's test servers",
 		opt:  Options{Accel: "tcg", Kernel: "/k", GuestFwd: map[int]int{8443: 41001, 8080: 41000}},
@@ -56,7 +56,7 @@ func TestArgs(t *testing.T) {
 			"-kernel", "/k", "-initrd", "/i.cpio.gz", "-append", "console=ttyS0,115200"},
 	}} {
 		t.Run(tc.name, func(t *testing.T) {
-			got := tc.opt.withDefaults().args(tc.fwd)
+			got := tc.opt.withDefaults().args(tc.fwd, map[string]string{"opt/a": "/run/fw,a", "opt/z": "/run/fw-z"})
 			if diff := cmp.Diff(tc.want, got); diff != "" {
 				t.Errorf("args (-want +got):\n%s", diff)
 			}

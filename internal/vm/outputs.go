@@ -35,7 +35,7 @@ type outputs struct {
 
 var unsafeName = regexp.MustCompile(`[^A-Za-z0-9._-]+`)
 
-func openOutputs(testName, cmdline string) (*outputs, error) {
+func openOutputs(testName string) (*outputs, error) {
 	o := &outputs{}
 	var err error
 	if root := os.Getenv(ArtifactsEnv); root != "" {
@@ -51,17 +51,35 @@ func openOutputs(testName, cmdline string) (*outputs, error) {
 	if err != nil {
 		return nil, fmt.Errorf("vm output dir: %w", err)
 	}
-	script := "#!/bin/sh\n# Reproduces a boot of " + testName + "; the console is on stdio, Ctrl-C stops QEMU.\nexec " + cmdline + "\n"
-	errs := []error{os.WriteFile(filepath.Join(o.dir, Reproducer), []byte(script), 0o755)}
 	var e1, e2 error
 	o.consoleF, e1 = os.Create(filepath.Join(o.dir, ConsoleLog))
 	o.stderrF, e2 = os.Create(filepath.Join(o.dir, StderrLog))
-	if err := errors.Join(append(errs, e1, e2)...); err != nil {
+	if err := errors.Join(e1, e2); err != nil {
 		o.close()
 		o.remove()
 		return nil, fmt.Errorf("vm outputs: %w", err)
 	}
 	return o, nil
+}
+
+// writeFwCfg writes each fw_cfg value into a file of the output directory, mode 0600, and
+// returns the files by name. QEMU reads them when it starts; they stay for the reproducer.
+func (o *outputs) writeFwCfg(values map[string]string) (map[string]string, error) {
+	files := map[string]string{}
+	for i, name := range sortedKeys(values) {
+		p := filepath.Join(o.dir, fmt.Sprintf("fw_cfg-%d", i))
+		if err := os.WriteFile(p, []byte(values[name]), 0o600); err != nil {
+			return nil, fmt.Errorf("fw_cfg %s: %w", name, err)
+		}
+		files[name] = p
+	}
+	return files, nil
+}
+
+// writeReproducer writes the script that boots the VM again by hand.
+func (o *outputs) writeReproducer(testName, cmdline string) error {
+	script := "#!/bin/sh\n# Reproduces a boot of " + testName + "; the console is on stdio, Ctrl-C stops QEMU.\nexec " + cmdline + "\n"
+	return os.WriteFile(filepath.Join(o.dir, Reproducer), []byte(script), 0o755)
 }
 
 func (o *outputs) console(at time.Duration, text string) {

@@ -16,7 +16,7 @@ import (
 
 func TestQMPAndSCSIArgs(t *testing.T) {
 	o := Options{Accel: "tcg", Kernel: "/k", QMP: "/t/q,mp.sock", SCSIController: true}
-	got := strings.Join(o.withDefaults().args(nil), " ")
+	got := strings.Join(o.withDefaults().args(nil, nil), " ")
 	for _, want := range []string{
 		"-qmp unix:/t/q,,mp.sock,server=on,wait=off",
 		"-device virtio-scsi-pci,id=scsi0,disable-modern=false -kernel /k",

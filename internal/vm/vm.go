@@ -71,8 +71,17 @@ func Start(ctx context.Context, t TB, opt Options) (*VM, error) {
 		t: t, name: fmt.Sprintf("vm%d", vmCount.Add(1)), opt: opt, hostFwd: hostFwd, ctx: ctx,
 		console: newConsole(), done: make(chan struct{}),
 	}
-	v.argv = append([]string{opt.QEMU}, opt.args(hostFwd)...)
-	if v.out, err = openOutputs(t.Name(), v.CommandLine()); err != nil {
+	if v.out, err = openOutputs(t.Name()); err != nil {
+		return nil, err
+	}
+	fwCfg, err := v.out.writeFwCfg(opt.FwCfg)
+	if err == nil {
+		v.argv = append([]string{opt.QEMU}, opt.args(hostFwd, fwCfg)...)
+		err = v.out.writeReproducer(t.Name(), v.CommandLine())
+	}
+	if err != nil {
+		v.out.close()
+		v.out.remove()
 		return nil, err
 	}
 	if err := v.start(); err != nil {

@@ -201,6 +201,44 @@ func TestCommandLineReproduces(t *testing.T) {
 	}
 }
 
+// Attack: another user of the host reads QEMU's command line (/proc/PID/cmdline is world-readable)
+// for the appliance's bearer token. It is not there: fw_cfg values go through a file of the VM's
+// own directory, mode 0600, which QEMU reads when it starts.
+func TestFwCfgValueNotOnCommandLine(t *testing.T) {
+	const token = "secret-token-5f1c9a"
+	qemu := fakeQEMU(t, `for a in "$@"; do case "$a" in name=opt/org.allox/token,file=*) cat "${a#*,file=}";; esac; done; echo; cat /proc/$$/cmdline | tr '\0' ' '`)
+	opt := fakeOptions(t, qemu)
+	opt.FwCfg = map[string]string{"opt/org.allox/token": token}
+	v := start(t, t, t.Context(), opt)
+	if err := v.Wait(); err != nil {
+		t.Fatal(err)
+	}
+	var out string
+	for _, l := range v.Console() {
+		out += l.Text + "\n"
+	}
+	lines := strings.SplitN(out, "\n", 2)
+	if len(lines) < 2 || !strings.Contains(lines[0], token) {
+		t.Fatalf("QEMU did not read the token from its fw_cfg file: %q", out)
+	}
+	if strings.Contains(lines[1], token) || strings.Contains(v.CommandLine(), token) {
+		t.Fatalf("the token is on QEMU's command line: %q", lines[1])
+	}
+	entries, _ := os.ReadDir(v.out.dir)
+	n := 0
+	for _, e := range entries {
+		if strings.HasPrefix(e.Name(), "fw_cfg-") {
+			n++
+			if fi, _ := e.Info(); fi.Mode().Perm() != 0o600 {
+				t.Errorf("%s is mode %s, want 0600", e.Name(), fi.Mode().Perm())
+			}
+		}
+	}
+	if n != 1 {
+		t.Errorf("%d fw_cfg files in %s, want 1", n, v.out.dir)
+	}
+}
+
 func TestHostPort(t *testing.T) {
 	opt := fakeOptions(t, fakeQEMU(t, `exit 0`))
 	opt.HostFwd = map[int]int{7000: 0, 80: 18080}
