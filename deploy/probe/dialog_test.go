@@ -408,4 +408,3 @@ func scanFile(t *testing.T, p string, check func(string, []byte)) {
 		off = hole
 	}
 }
-

@@ -243,22 +243,7 @@ func (h workspaceHandlers) sessionSSHAgentConn(ctx context.Context, c *Call) (an
 	return plugin.Relay(func(stream io.ReadWriteCloser) error {
 		defer conn.Close()
 		defer stream.Close()
-		done := make(chan struct{})
-		go func() {
-			io.Copy(conn, stream)
-			if cw, ok := conn.(interface{ CloseWrite() error }); ok {
-				cw.CloseWrite()
-			}
-			close(done)
-		}()
-		io.Copy(stream, conn)
-		if cw, ok := stream.(interface{ CloseWrite() error }); ok {
-			cw.CloseWrite()
-		} else {
-			stream.Close()
-		}
-		<-done
+		rpc.Splice(stream, conn)
 		return nil
 	}), nil
 }
-

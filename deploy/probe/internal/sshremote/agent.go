@@ -88,19 +88,7 @@ func (c *conn) carryAgentConn(id, cid string) {
 	}
 	defer ch.Close()
 	go ssh.DiscardRequests(reqs)
-	done := make(chan struct{})
-	go func() {
-		io.Copy(ch, stream)
-		ch.CloseWrite()
-		close(done)
-	}()
-	io.Copy(stream, ch)
-	if cw, ok := stream.(interface{ CloseWrite() error }); ok {
-		cw.CloseWrite()
-	} else {
-		stream.Close()
-	}
-	<-done
+	rpc.Splice(stream, ch)
 }
 
 // endAgent closes the connection's agent socket, if it has one.
