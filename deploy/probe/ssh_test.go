@@ -25,19 +25,7 @@ var sshRE = regexp.MustCompile(`msg="ssh listening" .*addr=(\S+)`)
 // placed, the exit status back, and the Gateway's audit holding the issuance and the Probe's
 // activity report — metadata, not the command or its output.
 func TestSSHRemoteThroughProbe(t *testing.T) {
-	needBtrfs(t)
-	store := btrfstest.Mount(t)
-	f := newFleet(t)
-	if out, err := execCmd(bins(t)["gateway"], "ca", "ssh-init", "--dir", f.pki); err != nil {
-		t.Fatalf("gateway ca ssh-init: %v %s", err, out)
-	}
-	gwURL, _, _ := f.gateway("a", "")
-	h := f.probe("host-a", gwURL, store, 1, "--ssh-listen", "127.0.0.1:0", "--ssh-user-ca", filepath.Join(f.pki, "ssh-ca.pub"))
-	sshAddr := h.p.find(t, sshRE)
-	a := f.admin(gwURL)
-	runGatewayCLI(t, f, gwURL, "apply", writeSpec(t, alphaSpec))
-	eventually(t, "alpha running", running(t, a, "alpha", "host-a"))
-
+	f, gwURL, _, sshAddr := alphaWithSSH(t)
 	c := sshLogin(t, f, gwURL, sshAddr, "alpha", "s1", "main+s1")
 	s, err := c.NewSession()
 	if err != nil {
@@ -86,6 +74,24 @@ func TestSSHRemoteThroughProbe(t *testing.T) {
 			t.Errorf("the audit holds content %q:\n%s", content, audit)
 		}
 	}
+}
+
+// alphaWithSSH starts a Gateway with an SSH CA and a Probe with the process runtime and the
+// ssh_remote endpoint, applies alpha and waits until it runs; it returns the endpoint's address.
+func alphaWithSSH(t *testing.T) (f *fleet, gwURL string, h *probeHost, sshAddr string) {
+	t.Helper()
+	needBtrfs(t)
+	store := btrfstest.Mount(t)
+	f = newFleet(t)
+	if out, err := execCmd(bins(t)["gateway"], "ca", "ssh-init", "--dir", f.pki); err != nil {
+		t.Fatalf("gateway ca ssh-init: %v %s", err, out)
+	}
+	gwURL, _, _ = f.gateway("a", "")
+	h = f.probe("host-a", gwURL, store, 1, "--ssh-listen", "127.0.0.1:0", "--ssh-user-ca", filepath.Join(f.pki, "ssh-ca.pub"))
+	sshAddr = h.p.find(t, sshRE)
+	runGatewayCLI(t, f, gwURL, "apply", writeSpec(t, alphaSpec))
+	eventually(t, "alpha running", running(t, f.admin(gwURL), "alpha", "host-a"))
+	return f, gwURL, h, sshAddr
 }
 
 func newSSHKey(t *testing.T) ssh.Signer {

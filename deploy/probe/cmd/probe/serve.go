@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -108,13 +109,11 @@ func serve(ctx context.Context, args []string, log *slog.Logger) error {
 		if err != nil {
 			return err
 		}
-		defer ln.Close()
 		defer ch.Server().Close()
 		channels = append(channels, ch)
 		serveSSH = func() {
-			if err := ch.Server().Serve(ln); err != nil {
-				log.Error("ssh_remote stopped", "error", err.Error())
-			}
+			// A listener lost behind the Probe's back is bound again by self-heal (listener_lost → rebind).
+			p.ServeListener(ctx, ch.Name(), ln, ch.Server().Serve, func(a net.Addr) { log.Info("ssh listening", "addr", a.String(), "rebound", true) })
 		}
 		log.Info("ssh listening", "addr", ln.Addr().String())
 	}

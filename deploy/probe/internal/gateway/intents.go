@@ -76,8 +76,11 @@ func (g *Gateway) event(ctx context.Context, hostName string, ev wire.Event) err
 	actor := "probe:" + hostName
 	epochCmp := clientv3.Compare(clientv3.ModRevision(leaseKey(hostName)), "=", ev.Epoch)
 	rec := audit.Record{Actor: actor, Action: ev.Kind, Object: "devbox/" + ev.DevBox, Reason: ev.Reason, TraceID: ev.TraceID, Epoch: ev.Epoch, Host: hostName}
-	if ev.Session != "" {
+	switch {
+	case ev.Session != "":
 		rec.Object = "session/" + ev.DevBox + "/" + ev.Session
+	case ev.DevBox == "":
+		rec.Object = "host/" + hostName // the Probe's own: a channel's listener
 	}
 	switch ev.Kind {
 	case wire.EventIntentDone, wire.EventIntentFailed:

@@ -59,6 +59,10 @@ func TestExec(t *testing.T) {
 	// the activity names who, the channel and the run, and nothing of the command
 	c.Close()
 	var saw bool
+	// reported when the channel ends, which the server sees after the client has gone
+	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline) && !hasExec(f.activities()); {
+		time.Sleep(10 * time.Millisecond)
+	}
 	for _, a := range f.activities() {
 		if strings.Contains(fmt.Sprintf("%+v", a), "exit 42") {
 			t.Errorf("the activity carries the command: %+v", a)
@@ -322,4 +326,13 @@ func (f *fixture) rollbackKills(t *testing.T, s *ssh.Session, in io.Writer, out 
 	case <-time.After(30 * time.Second):
 		t.Fatal("the shell outlived a rollback with kill_processes")
 	}
+}
+
+func hasExec(acts []Activity) bool {
+	for _, a := range acts {
+		if a.Channel == "exec" && !a.End.IsZero() {
+			return true
+		}
+	}
+	return false
 }
