@@ -5,6 +5,8 @@ import (
 	"encoding/hex"
 	"errors"
 	"net/http"
+	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -193,5 +195,57 @@ func TestTaskRefusals(t *testing.T) {
 		if it.Kind == wire.IntentTask {
 			t.Errorf("a refused task left intent %+v", it)
 		}
+	}
+}
+
+// Attack: a Probe's certificate sends a task (the operator API), an operator's certificate
+// fetches a prompt (the Probe API), a Probe fetches a prompt for another host, and a Probe
+// reports an agent status for a DevBox placed elsewhere: each refused, nothing written.
+func TestAttackTaskAPIs(t *testing.T) {
+	c, a, p, g := placedTask(t, 1)
+	prompt := randomText("prompt")
+	id, err := sendTask(t, a, wire.TaskRequest{DevBox: "alpha", Session: "s1", CLI: "claude_code", Prompt: prompt})
+	if err != nil {
+		t.Fatal(err)
+	}
+	asProbe, _ := wire.NewAdminClient(c.urls, c.tls("host-a", wire.RoleProbe))
+	_, err = sendTask(t, asProbe, wire.TaskRequest{DevBox: "alpha", Session: "s1", CLI: "claude_code", Prompt: "x"})
+	refusedWith(t, err, 403)
+	asAdmin, _ := wire.NewTaskClient("host-a", c.urls, c.tls("ops", wire.RoleAdmin))
+	_, err = asAdmin.Prompt(t.Context(), g.Epoch, id)
+	refusedWith(t, err, 403)
+	evil, _ := wire.NewTaskClient("host-a", c.urls, c.tls("host-b", wire.RoleProbe))
+	got, err := evil.Prompt(t.Context(), g.Epoch, id)
+	refusedWith(t, err, 403)
+	if got != "" {
+		t.Errorf("host-b's certificate fetched host-a's prompt: %q", got)
+	}
+	pb := c.probe("host-b")
+	gb := register(t, pb, 0)
+	err = pb.Report(t.Context(), gb.Epoch, []wire.Event{{Kind: wire.EventAgentStatus, Epoch: gb.Epoch, IntentID: id, DevBox: "alpha", Session: "s1", Phase: wire.AgentDone}})
+	refusedWith(t, err, 403)
+	if o := get(t, a, "alpha").Observed; o != nil && len(o.Agents) != 0 {
+		t.Errorf("host-b wrote alpha's agent status: %+v", o.Agents)
+	}
+	in, _ := p.Pull(t.Context(), g.Epoch, 0, 0)
+	tasks := 0
+	for _, it := range in.Intents {
+		if it.Kind == wire.IntentTask {
+			tasks++
+		}
+	}
+	if tasks != 1 {
+		t.Errorf("%d task intents pending, want the one the operator sent", tasks)
+	}
+}
+
+// The Probe's prompt client has one call: fetching a task's prompt.
+func TestTaskClientHasOnlyPrompt(t *testing.T) {
+	var got []string
+	for m := range reflect.TypeFor[*wire.TaskClient]().Methods() {
+		got = append(got, m.Name)
+	}
+	if !slices.Equal(got, []string{"Prompt"}) {
+		t.Errorf("TaskClient methods = %v, want exactly [Prompt]", got)
 	}
 }
