@@ -3,7 +3,6 @@ package probe
 import (
 	"encoding/json"
 	"fmt"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -14,9 +13,7 @@ import (
 
 	"github.com/allox-os/allox/deploy/probe/internal/scriptedmodel"
 	"github.com/allox-os/allox/deploy/probe/internal/wire"
-	"github.com/allox-os/allox/internal/artifact"
 	"github.com/allox-os/allox/internal/rpc"
-	"github.com/allox-os/allox/internal/testenv"
 	"github.com/allox-os/allox/internal/vm"
 )
 
@@ -40,16 +37,8 @@ devbox "agentbox" {
 // another session the answer deny keeps the command from running and the task still ends. The
 // prompts and the key are nowhere in the etcd data, the audit or the processes' logs.
 func TestAgentTaskFromGateway(t *testing.T) {
-	out := filepath.Join(testenv.NeedOut(t, filepath.Join(agentsOut, artifact.Boot), filepath.Join(agentsOut, artifact.Rootfs)), agentsOut)
-	testenv.Tool(t, "qemu-system-x86_64", "apt-get install qemu-system-x86")
-	model := scriptedmodel.New(scriptedmodel.Script{Command: "echo approved-by-dialog > result.txt", Final: "Done."})
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := &http.Server{Handler: model}
-	go srv.Serve(ln)
-	t.Cleanup(func() { srv.Close() })
+	out := agentsAppliance(t)
+	model, port := serveModel(t, scriptedmodel.Script{Command: "echo approved-by-dialog > result.txt", Final: "Done."})
 
 	f := newFleet(t)
 	gwURL, _, gw := f.gateway("a", "", "--renew-every", "1s", "--stop-after", "8s", "--lost-after", "12s")
@@ -64,7 +53,7 @@ func TestAgentTaskFromGateway(t *testing.T) {
 	t.Cleanup(func() { killHolding(state) })
 	probeProc := start(t, "vmhost", bins(t)["probe"], "serve", "--gateway", gwURL, "--host", "vmhost", "--pki", f.pki, "--state", state,
 		"--slots", "1", "--appliance", out, "--supervise-every", "500ms", "--dialog", "--agent-keys", keys,
-		"--qemu-cpu", "max", "--guest-fwd", fmt.Sprintf("%d=%d", modelPort, ln.Addr().(*net.TCPAddr).Port))
+		"--qemu-cpu", "max", "--guest-fwd", fmt.Sprintf("%d=%d", modelPort, port))
 	a := f.admin(gwURL)
 	runGatewayCLI(t, f, gwURL, "apply", writeSpec(t, agentTaskSpec))
 	waitLong(t, "agentbox running under QEMU", time.Minute, func() bool {
