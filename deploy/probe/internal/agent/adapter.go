@@ -24,8 +24,10 @@ type Config struct {
 	DevBox, Agent, Session string
 	// IntentID is the task intent the adapter runs (on its events), "" when started directly.
 	IntentID string
-	CLI      CLI
-	Task     Task
+	// TraceID is the task intent's trace, on the adapter's events.
+	TraceID string
+	CLI     CLI
+	Task    Task
 	// Restart bounds the restarts after the CLI's run was killed mid-task (not a CLI that exits
 	// by itself: that is its answer, done or failed). MaxAttempts restarts, Backoff doubled up
 	// to MaxBackoff between them; one more kill escalates.
@@ -236,6 +238,6 @@ func prefixed(s string) string {
 
 func (a *Adapter) event(kind, phase, reason string) {
 	if a.cfg.Emit != nil {
-		a.cfg.Emit(wire.Event{Kind: kind, IntentID: a.cfg.IntentID, DevBox: a.cfg.DevBox, Session: a.cfg.Session, Phase: phase, Reason: reason, At: time.Now()})
+		a.cfg.Emit(wire.Event{Kind: kind, IntentID: a.cfg.IntentID, TraceID: a.cfg.TraceID, DevBox: a.cfg.DevBox, Session: a.cfg.Session, Phase: phase, Reason: reason, At: time.Now()})
 	}
 }

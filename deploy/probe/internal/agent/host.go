@@ -114,7 +114,7 @@ func (h *Host) config(ctx context.Context, t probe.TaskStart) (Config, error) {
 		return Config{}, fmt.Errorf("task %s: its prompt: %w", t.IntentID, err)
 	}
 	cfg := Config{Client: rpc.NewClient(t.Sandbox.Endpoint(), t.Sandbox.Token(), &http.Client{Transport: &http.Transport{Proxy: nil}}),
-		DevBox: t.DevBox, Agent: t.Agent, Session: t.Session, IntentID: t.IntentID, CLI: cli,
+		DevBox: t.DevBox, Agent: t.Agent, Session: t.Session, IntentID: t.IntentID, TraceID: t.TraceID, CLI: cli,
 		Task:    Task{Prompt: prompt, ModelURL: t.Task.ModelURL, APIKey: key, Model: t.Task.Model, Dialog: t.Task.Approval == wire.ApprovalDialog},
 		Restart: t.Restart, IdleAfter: h.IdleAfter, Poll: h.Poll, Emit: t.Emit, Report: t.Report, Admit: t.Admit}
 	if h.Approvals != nil {
