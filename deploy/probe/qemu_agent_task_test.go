@@ -24,6 +24,7 @@ devbox "agentbox" {
   agent      = "main"
   session "allow" {}
   session "deny" {}
+  session "kill" {}
 }
 `
 
@@ -34,7 +35,9 @@ devbox "agentbox" {
 // plugin, the Probe's dialog relay and the Gateway; while it waits the session's agent is
 // waiting_for_approval in `gateway get` and the command has not run; `gateway dialog answer
 // ... allow` runs it (the file appears in the session's workspace) and the task is done. In
-// another session the answer deny keeps the command from running and the task still ends. The
+// another session the answer deny keeps the command from running and the task still ends. In a
+// third, the CLI's run killed while its hook waits is restarted within the Probe's self-heal
+// bounds (reported in the audit), asks again, and finishes once allowed. The
 // prompts and the key are nowhere in the etcd data, the audit or the processes' logs.
 func TestAgentTaskFromGateway(t *testing.T) {
 	out := agentsAppliance(t)
@@ -59,12 +62,27 @@ func TestAgentTaskFromGateway(t *testing.T) {
 	waitLong(t, "agentbox running under QEMU", time.Minute, func() bool {
 		st := getDevBox(t, a, "agentbox")
 		return st.Observed != nil && st.Observed.Phase == wire.PhaseRunning && st.Observed.Sessions["allow"] == wire.PhaseRunning &&
-			st.Observed.Sessions["deny"] == wire.PhaseRunning
+			st.Observed.Sessions["deny"] == wire.PhaseRunning && st.Observed.Sessions["kill"] == wire.PhaseRunning
 	})
 	client := qemuRPC(t, state, "agentbox")
 
 	var prompts []string
-	task := func(session, answer string) (intent string) {
+	// waitAsked waits for the session's hook request (not the one with id except).
+	waitAsked := func(session, except string) wire.DialogItem {
+		var it wire.DialogItem
+		waitLong(t, session+": the hook's permission request listed", time.Minute, func() bool {
+			for _, i := range dialogItems(t, f, gwURL, false) {
+				if i.Session == session && i.RequestID != except && i.Content != nil &&
+					strings.Contains(i.Content.Prompt, "Claude Code wants to use Bash: echo approved-by-dialog") {
+					it = i
+					return true
+				}
+			}
+			return false
+		})
+		return it
+	}
+	task := func(session, answer string, kill bool) (intent string) {
 		prompt := marker(t, "task-prompt")
 		prompts = append(prompts, prompt)
 		cmd := exec.Command(bins(t)["gateway"], "task", "--gateway", gwURL, "--pki", f.pki, "--devbox", "agentbox", "--session", session,
@@ -76,20 +94,34 @@ func TestAgentTaskFromGateway(t *testing.T) {
 		if err != nil || json.Unmarshal(o, &res) != nil || !strings.HasPrefix(res.ID, "task-") {
 			t.Fatalf("gateway task: %v %s", err, o)
 		}
-		var it wire.DialogItem
-		waitLong(t, session+": the hook's permission request listed", time.Minute, func() bool {
-			for _, i := range dialogItems(t, f, gwURL, false) {
-				if i.Session == session && i.Content != nil && strings.Contains(i.Content.Prompt, "Claude Code wants to use Bash: echo approved-by-dialog") {
-					it = i
-					return true
-				}
-			}
-			return false
-		})
+		it := waitAsked(session, "")
 		waitLong(t, session+": waiting_for_approval in gateway get", 15*time.Second, func() bool {
 			ag := agentOf(t, a, "agentbox", session)
 			return ag.Intent == res.ID && ag.Status == wire.AgentApproval
 		})
+		if kill { // the CLI's run killed while its hook waits: restarted, reported, asked again
+			var l struct{ Runs []rpc.Run }
+			if err := client.Call(t.Context(), rpc.ActionProcessList, map[string]string{"agent_id": "main", "session_id": session}, &l); err != nil {
+				t.Fatal(err)
+			}
+			killed := 0
+			for _, r := range l.Runs {
+				if r.State == "running" {
+					if err := client.Call(t.Context(), rpc.ActionProcessKill, map[string]string{"run_id": r.RunID}, nil); err != nil {
+						t.Fatalf("process.kill: %v", err)
+					}
+					killed++
+				}
+			}
+			if killed != 1 {
+				t.Fatalf("%d running runs in %s, want the CLI's one", killed, session)
+			}
+			it = waitAsked(session, it.RequestID)
+			audit := runGatewayCLI(t, f, gwURL, "audit", "--limit", "1000")
+			if !strings.Contains(audit, "restart 1 of 5") {
+				t.Errorf("%s: no fault in the audit reporting the restart (1 of --heal-attempts 5)", session)
+			}
+		}
 		if got := runIn(t, client, session, "/bin/cat", "result.txt"); strings.Contains(got, "approved-by-dialog") {
 			t.Fatalf("%s: the command ran before its approval: result.txt %q", session, got)
 		}
@@ -108,15 +140,24 @@ func TestAgentTaskFromGateway(t *testing.T) {
 	}
 
 	t.Run("allowed", func(t *testing.T) {
-		task("allow", "allow")
+		task("allow", "allow", false)
 		if got := runIn(t, client, "allow", "/bin/cat", "result.txt"); !strings.Contains(got, "approved-by-dialog") {
 			t.Errorf("result.txt after the approval: %q; the model saw %+v", got, model.Requests())
 		}
 	})
 	t.Run("denied", func(t *testing.T) {
-		task("deny", "deny")
+		task("deny", "deny", false)
 		if got := runIn(t, client, "deny", "/bin/cat", "result.txt"); strings.Contains(got, "approved-by-dialog") {
 			t.Errorf("the denied command ran: result.txt %q", got)
+		}
+	})
+	t.Run("killed while it waits", func(t *testing.T) {
+		task("kill", "allow", true)
+		if got := runIn(t, client, "kill", "/bin/cat", "result.txt"); !strings.Contains(got, "approved-by-dialog") {
+			t.Errorf("result.txt after the restart and the approval: %q", got)
+		}
+		if ag := agentOf(t, a, "agentbox", "allow"); ag.Status != wire.AgentDone {
+			t.Errorf("another session's agent after the kill: %+v, want still done", ag)
 		}
 	})
 	audit := runGatewayCLI(t, f, gwURL, "audit", "--limit", "1000")
