@@ -25,7 +25,7 @@ bin/mkimage: deps FORCE
 # and python3 ($(OUT)/session-share/), the monitor plugin with python3 ($(OUT)/monitor/), the dialog
 # plugin ($(OUT)/dialog/), the kuruwa service with managed execution ($(OUT)/kuruwa/), the stand-in
 # kata-agent ($(OUT)/kata-agent/, with bin/kata-agent-standin: not the real agent), and the agents'
-# CLIs from the npm registry ($(OUT)/agents/). Their kernel is the same, so the later builds
+# CLIs from the npm registry with the dialog plugin ($(OUT)/agents/). Their kernel is the same, so the later builds
 # take it from the cache.
 image: bin/mkimage
 	bin/mkimage build -out $(OUT)

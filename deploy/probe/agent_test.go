@@ -37,18 +37,10 @@ const modelPort = 8080
 // workspace); an adapter whose CLI is killed mid-task is restarted and reported while another
 // session's adapter is untouched; and one killed past its bound is escalated.
 func TestAgentAdaptersInAppliance(t *testing.T) {
-	out := filepath.Join(testenv.NeedOut(t, filepath.Join(agentsOut, artifact.Boot), filepath.Join(agentsOut, artifact.Rootfs)), agentsOut)
-	testenv.Tool(t, "qemu-system-x86_64", "apt-get install qemu-system-x86")
-	model := scriptedmodel.New(scriptedmodel.Script{Command: "sleep 20; echo made-by-the-agent > result.txt", Final: "The file is written."})
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := &http.Server{Handler: model}
-	go srv.Serve(ln)
-	t.Cleanup(func() { srv.Close() })
+	out := agentsAppliance(t)
+	model, port := serveModel(t, scriptedmodel.Script{Command: "sleep 20; echo made-by-the-agent > result.txt", Final: "The file is written."})
 	rt := &probe.QEMURuntime{Out: out, State: t.TempDir(), Sockets: shortDir(t),
-		GuestFwd: map[int]int{modelPort: ln.Addr().(*net.TCPAddr).Port}, TCGCPU: "max", Logf: func(string, ...any) {}}
+		GuestFwd: map[int]int{modelPort: port}, TCGCPU: "max", Logf: func(string, ...any) {}}
 	ctx := t.Context()
 	sb, err := rt.Boot(ctx, spec.DevBox{Name: "agents", MemoryMiB: 2048})
 	if err != nil {
@@ -150,6 +142,28 @@ func TestAgentAdaptersInAppliance(t *testing.T) {
 		}
 	})
 	endToEnd("opencode")
+}
+
+// agentsAppliance is the agents appliance's output directory; the test skips (or fails in CI)
+// without it or QEMU.
+func agentsAppliance(t *testing.T) string {
+	out := filepath.Join(testenv.NeedOut(t, filepath.Join(agentsOut, artifact.Boot), filepath.Join(agentsOut, artifact.Rootfs)), agentsOut)
+	testenv.Tool(t, "qemu-system-x86_64", "apt-get install qemu-system-x86")
+	return out
+}
+
+// serveModel serves a scripted model on the host's loopback until the test ends; the sandbox
+// reaches it through the runtime's guest forward of modelPort to the returned port.
+func serveModel(t *testing.T, s scriptedmodel.Script) (*scriptedmodel.Server, int) {
+	model := scriptedmodel.New(s)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := &http.Server{Handler: model}
+	go srv.Serve(ln)
+	t.Cleanup(func() { srv.Close() })
+	return model, ln.Addr().(*net.TCPAddr).Port
 }
 
 func waitDone(t *testing.T, a *agent.Adapter) {

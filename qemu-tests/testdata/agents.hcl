@@ -3,7 +3,9 @@
 # CLI is a native executable in a per-platform package (the main packages' node wrappers only pick
 # it), so node is not needed in the guest: codex is a static musl binary, claude and opencode are
 # glibc executables (Bun-compiled) that run on Debian's libc6 and need AVX2 (under TCG, QEMU's
-# "max" CPU). Keep the rest in step with
+# "max" CPU). The dialog plugin is installed and enabled (plugins = ["dialog"], sandbox { dialog = true }):
+# Claude Code's PreToolUse hook (`allox dialog hook claude-code`) asks its permission requests through it,
+# up to the Gateway by the Probe's dialog relay (TestAgentTaskFromGateway). Keep the rest in step with
 # images/allox.hcl: the kernel inputs are the same, so `make image` takes the kernel from the cache.
 # Relative paths are resolved against this file's directory (qemu-tests/testdata/).
 
@@ -88,6 +90,7 @@ service "workspace-daemon" {
     "--listen-host", "0.0.0.0:8093",
     "--token-file", "/run/allox/rpc-token",
   ]
+  plugins = ["dialog"]
   restart = "always"
   # The control plane outlives the runs: -997 as Kata gives its agent, and memory.low for its cgroup.
   oom_score_adj = -997
@@ -101,6 +104,7 @@ service "workspace-daemon" {
   # space (Btrfs simple quotas): every session and agent has a quota, session.create may ask for up
   # to max_session_quota, and all agents together leave store_reserve free for the daemon's state.
   sandbox {
+    dialog              = true
     runs_memory_reserve = "192MiB"
     session_quota       = "8GiB"
     agent_quota         = "32GiB"

@@ -10,6 +10,7 @@
 //	gateway ssh-cert --key F.pub --who W --approval REF DEVBOX SESSION     a short-lived SSH credential
 //	gateway dialog ls [--all]                                              the open dialog requests
 //	gateway dialog answer --devbox D --session S REQUEST_ID CHOICE         answer one
+//	gateway task --devbox D --session S --cli C [--model-url U] PROMPT|-   a task for the session's agent
 package main
 
 import (
@@ -41,7 +42,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return serve(ctx, args[1:], log)
 	case "ca":
 		return ca(args[1:], stdout)
-	case "apply", "get", "list", "leases", "audit", "op", "ssh-cert":
+	case "apply", "get", "list", "leases", "audit", "op", "ssh-cert", "task":
 		return operate(ctx, args[0], args[1:], stdout)
 	case "dialog":
 		if len(args) < 2 || (args[1] != "ls" && args[1] != "answer") {
@@ -53,5 +54,5 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 }
 
 func usageError() error {
-	return fmt.Errorf("usage: gateway serve|ca|apply|get|list|leases|audit|op|ssh-cert|dialog (see `go doc ./deploy/probe/cmd/gateway`)")
+	return fmt.Errorf("usage: gateway serve|ca|apply|get|list|leases|audit|op|ssh-cert|dialog|task (see `go doc ./deploy/probe/cmd/gateway`)")
 }

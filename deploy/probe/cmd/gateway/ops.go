@@ -88,10 +88,10 @@ func operate(ctx context.Context, cmd string, args []string, stdout io.Writer) e
 	reason := fs.String("reason", "", "why (recorded in the audit)")
 	after := fs.String("after", "", "audit: the key to page after")
 	limit := fs.Int("limit", 50, "audit: records per page")
-	session := fs.String("session", "", "op, dialog answer: the session")
+	session := fs.String("session", "", "op, dialog answer, task: the session")
 	checkpoint := fs.String("checkpoint", "", "op rollback: the checkpoint to restore")
 	approval := fs.String("approval", "", "op: the approval reference (required for rollback)")
-	wait := fs.Duration("wait", 0, "op: wait this long for the Probe's result")
+	wait := fs.Duration("wait", 0, "op: wait this long for the Probe's result; task: for the agent's task to end (done or failed)")
 	keyFile := fs.String("key", "", "ssh-cert: the user's public key file (authorized_keys form, e.g. ~/.ssh/id_ed25519.pub)")
 	who := fs.String("who", "", "ssh-cert: the person the credential is for (its key id, in the Probe's activity)")
 	ttl := fs.Duration("ttl", 15*time.Minute, "ssh-cert: validity")
@@ -100,7 +100,12 @@ func operate(ctx context.Context, cmd string, args []string, stdout io.Writer) e
 	agentFwd := fs.Bool("agent-forwarding", false, "ssh-cert: permit ssh -A (the session's runs of the connection use the client's SSH agent)")
 	outFile := fs.String("o", "", "ssh-cert: write the certificate to this file (ssh's -cert.pub beside the key) instead of stdout")
 	all := fs.Bool("all", false, "dialog ls: the ended requests too (metadata)")
-	devbox := fs.String("devbox", "", "dialog answer: the DevBox of the request")
+	devbox := fs.String("devbox", "", "dialog answer, task: the DevBox")
+	cli := fs.String("cli", "", "task: the agent's CLI: codex, claude_code or opencode")
+	modelURL := fs.String("model-url", "", "task: the model endpoint as the sandbox reaches it (the CLI's base URL)")
+	model := fs.String("model", "", "task: the model name")
+	keyRef := fs.String("api-key-ref", "", "task: the name of the API key file in the Probe's --agent-keys directory (never the key)")
+	approvalMode := fs.String("approval-mode", wire.ApprovalDialog, "task: dialog (permission requests through the dialog channel; claude_code) or none")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -178,6 +183,21 @@ func operate(ctx context.Context, cmd string, args []string, stdout io.Writer) e
 		var rec wire.DialogRecord
 		req := wire.DialogAnswerRequest{DevBox: *devbox, Session: *session, RequestID: rest[0], Choice: rest[1]}
 		err, out = a.Do(ctx, http.MethodPost, wire.PathDialogAnswer, req, &rec), &rec
+	case "task":
+		if len(rest) != 1 || *devbox == "" || *session == "" || *cli == "" {
+			return errors.New("usage: gateway task --devbox D --session S --cli codex|claude_code|opencode [--model-url URL] [--model M] [--api-key-ref NAME] [--approval-mode dialog|none] [--wait D] PROMPT|- (- reads the prompt from stdin: a command line is visible to every user of the host)")
+		}
+		prompt := rest[0]
+		if prompt == "-" {
+			b, err := io.ReadAll(io.LimitReader(stdin, wire.MaxPrompt+1))
+			if err != nil {
+				return fmt.Errorf("task: read the prompt from stdin: %w", err)
+			}
+			prompt = strings.TrimSuffix(string(b), "\n")
+		}
+		req := wire.TaskRequest{DevBox: *devbox, Session: *session, CLI: *cli, Prompt: prompt, ModelURL: *modelURL, Model: *model,
+			APIKeyRef: *keyRef, Approval: *approvalMode, Reason: *reason}
+		out, err = runTask(ctx, a, req, *wait)
 	case "op":
 		if len(rest) != 2 {
 			return errors.New("usage: gateway op checkpoint|rollback|vm_snapshot DEVBOX [--session S] [--checkpoint C] [--approval REF]")
@@ -191,6 +211,48 @@ func operate(ctx context.Context, cmd string, args []string, stdout io.Writer) e
 	enc := json.NewEncoder(stdout)
 	enc.SetIndent("", "  ")
 	return enc.Encode(out)
+}
+
+// stdin is where `gateway task -` reads the prompt.
+var stdin io.Reader = os.Stdin
+
+// runTask sends a task and, with wait, follows the session's agent until the task ends.
+func runTask(ctx context.Context, a *wire.AdminClient, req wire.TaskRequest, wait time.Duration) (any, error) {
+	var id map[string]string
+	if err := a.Do(ctx, http.MethodPost, wire.PathTasks, req, &id); err != nil {
+		return nil, err
+	}
+	out := struct {
+		ID    string              `json:"id"`
+		Agent *wire.AgentObserved `json:"agent,omitempty"`
+	}{ID: id["id"]}
+	deadline := time.Now().Add(wait)
+	for wait > 0 {
+		var st wire.DevBoxStatus
+		if err := a.Do(ctx, http.MethodGet, wire.PathDevBoxes+"/"+url.PathEscape(req.DevBox), nil, &st); err != nil {
+			return nil, err
+		}
+		if st.Observed != nil {
+			if ag, ok := st.Observed.Agents[req.Session]; ok && ag.Intent == out.ID {
+				out.Agent = &ag
+				if ag.Status == wire.AgentFailed {
+					return &out, fmt.Errorf("task %s failed: %s", out.ID, ag.Reason)
+				}
+				if ag.Status == wire.AgentDone {
+					break
+				}
+			}
+		}
+		if time.Now().After(deadline) {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(250 * time.Millisecond):
+		}
+	}
+	return &out, nil
 }
 
 // runOp sends op and, with wait, polls for its result.

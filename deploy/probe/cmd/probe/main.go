@@ -1,6 +1,8 @@
 // Command probe is the host-side data plane of the Gateway: it holds the host's lease, pulls
 // intents over mutual TLS, runs the host's Worker Sandboxes (the Allox appliance), supervises
-// their sessions and heals a bounded set of local faults.
+// their sessions and heals a bounded set of local faults; it serves the ssh_remote and dialog
+// channels and starts the agents' adapters on the Gateway's task intents (API keys by reference
+// from --agent-keys DIR).
 //
 //	probe serve --gateway URLS --host NAME --pki DIR --state DIR [--slots N] [runtime flags]
 //	probe status --state DIR

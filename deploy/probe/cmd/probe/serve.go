@@ -10,9 +10,11 @@ import (
 	"net"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"time"
 
+	"github.com/allox-os/allox/deploy/probe/internal/agent"
 	"github.com/allox-os/allox/deploy/probe/internal/dialogfwd"
 	"github.com/allox-os/allox/deploy/probe/internal/pki"
 	"github.com/allox-os/allox/deploy/probe/internal/probe"
@@ -41,6 +43,10 @@ func serve(ctx context.Context, args []string, log *slog.Logger) error {
 	sshCA := fs.String("ssh-user-ca", "", "ssh_remote: the Gateway's SSH certificate authority, its public key in authorized_keys form (gateway ssh-ca init writes ssh-ca.pub)")
 	sshHostKey := fs.String("ssh-host-key", "", "ssh_remote: the endpoint's host key, an OpenSSH private key file, made if missing (default STATE/ssh-host-key)")
 	dialogOn := fs.Bool("dialog", false, "dialog: forward the sandboxes' dialog questions to every Gateway replica and deliver the answers (the appliance needs the dialog plugin)")
+	agentKeys := fs.String("agent-keys", "", "agent tasks: a directory of API keys, a file per key (mode 0600) named as tasks reference it (gateway task --api-key-ref NAME)")
+	qemuCPU := fs.String("qemu-cpu", "", "qemu runtime: the -cpu model under TCG, e.g. max (the Bun-built claude and opencode need AVX2)")
+	var guestFwd multiFlag
+	fs.Var(&guestFwd, "guest-fwd", "qemu runtime: GUESTPORT=HOSTPORT forwards the guest's 10.0.2.100:GUESTPORT to the host's 127.0.0.1:HOSTPORT (a model endpoint; repeat)")
 	var daemonFlags multiFlag
 	fs.Var(&daemonFlags, "daemon-flag", "process runtime: one more flag of the workspace daemons (repeat), e.g. --daemon-flag=--dialog")
 	if err := fs.Parse(args); err != nil {
@@ -62,7 +68,11 @@ func serve(ctx context.Context, args []string, log *slog.Logger) error {
 	case *healBackoff <= 0 || *healMaxBackoff < *healBackoff:
 		return fmt.Errorf("serve: --heal-backoff %v, --heal-max-backoff %v: both must be positive, the maximum at least the backoff", *healBackoff, *healMaxBackoff)
 	}
-	for _, p := range []*string{state, store, applianceOut} {
+	fwd, err := parseGuestFwd(guestFwd)
+	if err != nil {
+		return err
+	}
+	for _, p := range []*string{state, store, applianceOut, agentKeys} {
 		if *p != "" {
 			abs, err := filepath.Abs(*p)
 			if err != nil {
@@ -91,7 +101,7 @@ func serve(ctx context.Context, args []string, log *slog.Logger) error {
 		runtimes[spec.RuntimeProcess] = &probe.ProcessRuntime{Daemon: *daemon, Store: *store, State: *state, CgroupParent: *cgroupParent, Client: *daemonClient, Sockets: *sockets, Extra: daemonFlags}
 	}
 	if *applianceOut != "" {
-		q := &probe.QEMURuntime{Out: *applianceOut, State: *state, Sockets: *sockets,
+		q := &probe.QEMURuntime{Out: *applianceOut, State: *state, Sockets: *sockets, GuestFwd: fwd, TCGCPU: *qemuCPU,
 			Logf:  func(format string, args ...any) { log.Debug("console", "line", fmt.Sprintf(format, args...)) },
 			Notef: func(format string, args ...any) { log.Info("qemu runtime: " + fmt.Sprintf(format, args...)) }}
 		for _, f := range q.CleanStale() {
@@ -103,6 +113,11 @@ func serve(ctx context.Context, args []string, log *slog.Logger) error {
 	var channels []probe.ChannelSupervisor
 	var serveSSH func()
 	startDialog := func() {}
+	prompts, err := wire.NewTaskClient(*host, strings.Split(*gw, ","), tc)
+	if err != nil {
+		return err
+	}
+	tasks := &agent.Host{Prompt: prompts.Prompt, Keys: *agentKeys}
 	if *sshListen != "" {
 		ch, ln, err := sshChannel(*sshListen, *sshCA, cmpOr(*sshHostKey, filepath.Join(*state, "ssh-host-key")), log,
 			func(ev wire.Event) { p.Emit(ev) })
@@ -122,11 +137,12 @@ func serve(ctx context.Context, args []string, log *slog.Logger) error {
 		if err != nil {
 			return err
 		}
-		fwd := dialogfwd.New(streams, func() int64 { return p.Epoch() }, log)
-		channels = append(channels, fwd)
-		startDialog = func() { go fwd.Run(ctx) }
+		df := dialogfwd.New(streams, func() int64 { return p.Epoch() }, log)
+		channels = append(channels, df)
+		tasks.Approvals = df.Open
+		startDialog = func() { go df.Run(ctx) }
 	}
-	p = probe.New(probe.Config{Host: *host, Slots: *slots, StateDir: *state, Supervise: *supervise, Channels: channels,
+	p = probe.New(probe.Config{Host: *host, Slots: *slots, StateDir: *state, Supervise: *supervise, Channels: channels, Tasks: tasks,
 		Heal: probe.HealPolicy{MaxAttempts: *healAttempts, Backoff: *healBackoff, MaxBackoff: *healMaxBackoff}}, client, probe.NewHostRuntime(runtimes))
 	if serveSSH != nil {
 		go serveSSH() // once p is there: the channel's activity goes to its events
@@ -138,6 +154,21 @@ func serve(ctx context.Context, args []string, log *slog.Logger) error {
 		return nil
 	}
 	return err
+}
+
+// parseGuestFwd reads --guest-fwd GUESTPORT=HOSTPORT values.
+func parseGuestFwd(vals []string) (map[int]int, error) {
+	out := map[int]int{}
+	for _, v := range vals {
+		g, h, ok := strings.Cut(v, "=")
+		gp, err1 := strconv.Atoi(g)
+		hp, err2 := strconv.Atoi(h)
+		if !ok || err1 != nil || err2 != nil || gp < 1 || gp > 65535 || hp < 1 || hp > 65535 {
+			return nil, fmt.Errorf("serve: --guest-fwd %q: use GUESTPORT=HOSTPORT, e.g. 8080=18080", v)
+		}
+		out[gp] = hp
+	}
+	return out, nil
 }
 
 func keys(m map[string]probe.Runtime) []string {

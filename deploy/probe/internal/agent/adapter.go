@@ -22,8 +22,12 @@ type Runner interface {
 type Config struct {
 	Client                 Runner
 	DevBox, Agent, Session string
-	CLI                    CLI
-	Task                   Task
+	// IntentID is the task intent the adapter runs (on its events), "" when started directly.
+	IntentID string
+	// TraceID is the task intent's trace, on the adapter's events.
+	TraceID string
+	CLI     CLI
+	Task    Task
 	// Restart bounds the restarts after the CLI's run was killed mid-task (not a CLI that exits
 	// by itself: that is its answer, done or failed). MaxAttempts restarts, Backoff doubled up
 	// to MaxBackoff between them; one more kill escalates.
@@ -37,6 +41,12 @@ type Config struct {
 	// Report hands an escalation to the Probe's self-heal loop (a class outside its allow-list:
 	// the session is marked degraded and the Gateway decides).
 	Report func(probe.Fault)
+	// Approvals counts the permission requests of the session open on the dialog channel (the
+	// Probe's Dialog Forwarder): while one is, the CLI waits for approval. nil: none are seen.
+	Approvals func() int
+	// Admit is asked before each restart: an error (the Probe lost the task's epoch, or fenced
+	// the session) ends the adapter failed instead. nil: always admitted.
+	Admit func() error
 }
 
 // FaultAdapterFailed is the fault an adapter reports once its restarts are spent.
@@ -117,6 +127,12 @@ func (a *Adapter) run(ctx context.Context) {
 		a.mu.Lock()
 		n := a.restarts
 		a.mu.Unlock()
+		if a.cfg.Admit != nil {
+			if err := a.cfg.Admit(); err != nil {
+				a.set(wire.AgentFailed, fmt.Sprintf("agent %s: %s; no restart: %v", a.cfg.CLI.Name, why, err))
+				return
+			}
+		}
 		if n >= a.cfg.Restart.MaxAttempts {
 			reason := fmt.Sprintf("agent %s: %s after %d restarts: escalated to the gateway", a.cfg.CLI.Name, why, n)
 			a.set(wire.AgentFailed, reason)
@@ -178,6 +194,8 @@ func (a *Adapter) once(ctx context.Context) (code int, sig string, err error) {
 			last, lastChange = end, time.Now()
 		}
 		switch {
+		case a.cfg.Approvals != nil && a.cfg.Approvals() > 0:
+			a.set(wire.AgentApproval, "a permission request is open on the dialog channel")
 		case c.Approval != nil && c.Approval.MatchString(screen):
 			a.set(wire.AgentApproval, "a permission prompt is on the screen")
 		case time.Since(lastChange) > a.cfg.IdleAfter:
@@ -220,6 +238,6 @@ func prefixed(s string) string {
 
 func (a *Adapter) event(kind, phase, reason string) {
 	if a.cfg.Emit != nil {
-		a.cfg.Emit(wire.Event{Kind: kind, DevBox: a.cfg.DevBox, Session: a.cfg.Session, Phase: phase, Reason: reason, At: time.Now()})
+		a.cfg.Emit(wire.Event{Kind: kind, IntentID: a.cfg.IntentID, TraceID: a.cfg.TraceID, DevBox: a.cfg.DevBox, Session: a.cfg.Session, Phase: phase, Reason: reason, At: time.Now()})
 	}
 }

@@ -22,6 +22,22 @@ type Task struct {
 	APIKey string
 	// Model is the model name asked for; "" is the CLI's default.
 	Model string
+	// Dialog sends the CLI's permission requests through the dialog channel: claude_code gets a
+	// PreToolUse hook that asks `allox dialog hook claude-code` (nobody answering denies).
+	Dialog bool
+}
+
+// HookCommand is Claude Code's PreToolUse hook command with Task.Dialog: the in-sandbox client
+// asks the session's dialog and answers with the decision; in one-shot mode nobody is at the
+// terminal, so nobody answering (DialogTimeout) denies.
+const HookCommand = "/run/allox/bin/allox dialog hook claude-code --default deny --timeout 300"
+
+// claudeSettings is the --settings of claude_code with Task.Dialog: every tool call ("*") goes
+// through the hook, which may wait for a person longer than a hook's default 60 s.
+func claudeSettings() string {
+	b, _ := json.Marshal(map[string]any{"hooks": map[string]any{"PreToolUse": []any{map[string]any{"matcher": "*",
+		"hooks": []any{map[string]any{"type": "command", "command": HookCommand, "timeout": 330}}}}}})
+	return string(b)
 }
 
 // CLI is how one agent's CLI is started with a task and how its screen shows it waits for an
@@ -75,7 +91,12 @@ var codex = CLI{
 var claudeCode = CLI{
 	Name: "claude_code", Binary: "/usr/bin/claude",
 	Argv: func(bin string, t Task) []string {
+		// Permission checks off (the session's sandbox is the boundary), but a PreToolUse hook
+		// still runs, and its deny blocks the tool even so.
 		a := []string{bin, "-p", "--dangerously-skip-permissions"}
+		if t.Dialog {
+			a = append(a, "--settings", claudeSettings())
+		}
 		if t.Model != "" {
 			a = append(a, "--model", t.Model)
 		}

@@ -327,3 +327,17 @@ func sleep(ctx context.Context, d time.Duration) {
 	case <-time.After(d):
 	}
 }
+
+// Open is how many questions of devbox's agent's session this Probe holds open: an agent
+// adapter shows waiting_for_approval while its CLI's permission request waits here.
+func (f *Forwarder) Open(devbox, agent, session string) int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	n := 0
+	for _, e := range f.open {
+		if e.req.DevBox == devbox && e.req.Agent == agent && e.req.Session == session {
+			n++
+		}
+	}
+	return n
+}

@@ -5,6 +5,8 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"time"
 
 	clientv3 "go.etcd.io/etcd/client/v3"
@@ -95,19 +97,30 @@ func (g *Gateway) event(ctx context.Context, hostName string, ev wire.Event) err
 			res.Failed = ev.Reason
 		}
 		rec.Action, rec.Object, rec.TraceID = ev.Kind+" "+in.Kind, "devbox/"+in.DevBox, in.TraceID
+		if in.Kind == wire.IntentTask {
+			g.tasks.drop(in.ID) // its Probe has it (or gave up on it)
+		}
 		_, err = g.commit(ctx, []clientv3.Cmp{epochCmp, unchanged(key, rev)}, clientv3.OpDelete(key), putJSON(prefixResult+ev.IntentID, res), auditOp(rec))
 		return err
 	case wire.EventPhase:
 		return g.observe(ctx, hostName, ev, epochCmp)
+	case wire.EventAgentStatus:
+		if ev.Session == "" || ev.IntentID == "" || !slices.Contains(agentStatuses, ev.Phase) {
+			return fmt.Errorf("%w: an agent.status event names its session, its task intent and a status (phase %q: use one of %s)", ErrInvalid, ev.Phase, strings.Join(agentStatuses, ", "))
+		}
+		return g.observe(ctx, hostName, ev, epochCmp, auditOp(rec))
 	case wire.EventFault, wire.EventEscalation, wire.EventFence, wire.EventActivity:
 		_, err := g.commit(ctx, []clientv3.Cmp{epochCmp}, auditOp(rec))
 		return err
 	}
-	return fmt.Errorf("%w: event kind %q: use one of intent.done, intent.failed, phase, fault, escalation, fence, activity", ErrInvalid, ev.Kind)
+	return fmt.Errorf("%w: event kind %q: use one of intent.done, intent.failed, phase, agent.status, fault, escalation, fence, activity", ErrInvalid, ev.Kind)
 }
 
-// observe records a DevBox's or session's phase, only from the host it is placed on now.
-func (g *Gateway) observe(ctx context.Context, hostName string, ev wire.Event, epochCmp clientv3.Cmp) error {
+var agentStatuses = []string{wire.AgentWorking, wire.AgentIdle, wire.AgentApproval, wire.AgentDone, wire.AgentFailed}
+
+// observe records a DevBox's or session's phase, or a session's agent status, only from the host
+// it is placed on now; with the extra ops (the agent status's audit record) in the same write.
+func (g *Gateway) observe(ctx context.Context, hostName string, ev wire.Event, epochCmp clientv3.Cmp, extra ...clientv3.Op) error {
 	var p wire.Placement
 	prev, err := g.getJSON(ctx, prefixPlacement+ev.DevBox, &p)
 	if err != nil {
@@ -125,9 +138,15 @@ func (g *Gateway) observe(ctx context.Context, hostName string, ev wire.Event, e
 		if o.Epoch != ev.Epoch || o.Host != hostName {
 			o = wire.Observed{Host: hostName, Epoch: ev.Epoch}
 		}
-		if ev.Session == "" {
+		switch {
+		case ev.Kind == wire.EventAgentStatus:
+			if o.Agents == nil {
+				o.Agents = map[string]wire.AgentObserved{}
+			}
+			o.Agents[ev.Session] = wire.AgentObserved{Intent: ev.IntentID, Status: ev.Phase, Reason: ev.Reason, At: ev.At}
+		case ev.Session == "":
 			o.Phase, o.Reason = ev.Phase, ev.Reason
-		} else {
+		default:
 			if o.Sessions == nil {
 				o.Sessions = map[string]string{}
 			}
@@ -135,7 +154,7 @@ func (g *Gateway) observe(ctx context.Context, hostName string, ev wire.Event, e
 		}
 		o.At = ev.At
 		_, err = g.commit(ctx, []clientv3.Cmp{epochCmp, unchanged(prefixPlacement+ev.DevBox, prev), unchanged(prefixObserved+ev.DevBox, orev)},
-			putJSON(prefixObserved+ev.DevBox, o))
+			append([]clientv3.Op{putJSON(prefixObserved+ev.DevBox, o)}, extra...)...)
 		if !errors.Is(err, ErrConflict) {
 			return err
 		}

@@ -39,6 +39,25 @@ func (g *Gateway) Handler() http.Handler {
 		a, err := g.DialogSync(r.Context(), s)
 		return reply(w, a, err)
 	})
+	probe(wire.PathProbeTask, func(w http.ResponseWriter, r *http.Request, host, _ string) error {
+		var req wire.TaskContentRequest
+		if err := decode(r, &req); err != nil {
+			return err
+		}
+		if err := sameHost(host, req.Host); err != nil {
+			return err
+		}
+		c, err := g.TaskPrompt(r.Context(), host, req)
+		return reply(w, c, err)
+	})
+	admin("POST "+wire.PathTasks, func(w http.ResponseWriter, r *http.Request, name, trace string) error {
+		var req wire.TaskRequest
+		if err := decode(r, &req); err != nil {
+			return err
+		}
+		id, err := g.Task(r.Context(), "admin:"+name, req, trace)
+		return reply(w, map[string]string{"id": id}, err)
+	})
 	admin("GET "+wire.PathDialog, func(w http.ResponseWriter, r *http.Request, _, _ string) error {
 		l, err := g.DialogList(r.Context(), r.URL.Query().Get("all") == "1")
 		return reply(w, l, err)

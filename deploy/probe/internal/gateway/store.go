@@ -72,6 +72,7 @@ type Gateway struct {
 	cfg    Config
 	leader *leader
 	dialog dialogHub // open dialog requests' content, in memory only
+	tasks  taskHub   // task prompts not yet fetched by their Probes, in memory only
 }
 
 // New returns a replica on cli.

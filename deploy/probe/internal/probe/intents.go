@@ -115,6 +115,8 @@ func (p *Probe) apply(ctx context.Context, in wire.Intent, gen int64) (json.RawM
 		return json.Marshal(map[string]string{"head": s.Head})
 	case wire.IntentSnapshot:
 		return p.snapshotVM(ctx, in)
+	case wire.IntentTask:
+		return p.startTask(in)
 	}
 	return nil, fmt.Errorf("intent kind %q is unknown to this probe", in.Kind)
 }

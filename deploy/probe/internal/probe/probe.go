@@ -32,7 +32,9 @@ type Config struct {
 	StateDir  string        // status.json, the runtimes' state
 	Supervise time.Duration // session supervision cadence
 	Heal      HealPolicy
-	Channels  []ChannelSupervisor // issue 21; none yet
+	Channels  []ChannelSupervisor // ssh_remote, dialog
+	// Tasks is the Adapter Host that starts agent adapters on task intents; nil: none.
+	Tasks Tasker
 }
 
 // Probe is one host's data plane.

@@ -26,6 +26,7 @@ type box struct {
 	phase    string
 	sessions map[string]string // session → phase last reported
 	cancel   context.CancelFunc
+	ctx      context.Context // ends with cancel: the sandbox's channels and agent adapters
 	// bootErr is why the last boot failed: self-heal retries it (boot_failed → restart).
 	bootErr   error
 	bootTrace string
@@ -47,7 +48,7 @@ func (p *Probe) adopt(d spec.DevBox, sb Sandbox, br *Bridge) *box {
 	if b.cancel != nil {
 		b.cancel()
 	}
-	b.spec, b.sandbox, b.bridge, b.cancel = d, sb, br, cancel
+	b.spec, b.sandbox, b.bridge, b.cancel, b.ctx = d, sb, br, cancel, ctx
 	b.mu.Unlock()
 	for _, c := range p.cfg.Channels {
 		c.Attach(ctx, d.Name, sb, func(f Fault) { p.onFault(ctx, b, f) })

@@ -100,6 +100,7 @@ type Intent struct {
 	Spec       *spec.DevBox `json:"spec,omitempty"`
 	Session    string       `json:"session,omitempty"`
 	Checkpoint string       `json:"checkpoint,omitempty"`
+	Task       *TaskSpec    `json:"task,omitempty"` // IntentTask: metadata only, the prompt is fetched
 	TraceID    string       `json:"trace_id"`
 	Issued     time.Time    `json:"issued"`
 }
@@ -232,7 +233,9 @@ type Observed struct {
 	Epoch    int64             `json:"epoch"`
 	Reason   string            `json:"reason,omitempty"`
 	Sessions map[string]string `json:"sessions,omitempty"` // session → phase
-	At       time.Time         `json:"at"`
+	// Agents is each session's agent adapter, as its status events last said.
+	Agents map[string]AgentObserved `json:"agents,omitempty"`
+	At     time.Time                `json:"at"`
 }
 
 // DevBoxStatus is get's reply.

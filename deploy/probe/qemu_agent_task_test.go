@@ -1,0 +1,217 @@
+package probe
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/allox-os/allox/deploy/probe/internal/scriptedmodel"
+	"github.com/allox-os/allox/deploy/probe/internal/wire"
+	"github.com/allox-os/allox/internal/rpc"
+	"github.com/allox-os/allox/internal/vm"
+)
+
+const agentTaskSpec = `
+devbox "agentbox" {
+  runtime    = "qemu"
+  memory_mib = 2048
+  agent      = "main"
+  session "allow" {}
+  session "deny" {}
+  session "kill" {}
+}
+`
+
+// A task from the Gateway, end to end on the agents appliance under QEMU: `gateway task` sends
+// claude_code a task (prompt on stdin, the model endpoint as the sandbox reaches it, the API key
+// by reference to a file of the Probe's); the Probe starts the adapter on the task intent; the
+// scripted model asks for a shell command; Claude Code's PreToolUse hook asks through the dialog
+// plugin, the Probe's dialog relay and the Gateway; while it waits the session's agent is
+// waiting_for_approval in `gateway get` and the command has not run; `gateway dialog answer
+// ... allow` runs it (the file appears in the session's workspace) and the task is done. In
+// another session the answer deny keeps the command from running and the task still ends. In a
+// third, the CLI's run killed while its hook waits is restarted within the Probe's self-heal
+// bounds (reported in the audit), asks again, and finishes once allowed. The
+// prompts and the key are nowhere in the etcd data, the audit or the processes' logs.
+func TestAgentTaskFromGateway(t *testing.T) {
+	out := agentsAppliance(t)
+	model, port := serveModel(t, scriptedmodel.Script{Command: "echo approved-by-dialog > result.txt", Final: "Done."})
+
+	f := newFleet(t)
+	gwURL, _, gw := f.gateway("a", "", "--renew-every", "1s", "--stop-after", "8s", "--lost-after", "12s")
+	if err := f.ca.IssueFiles(f.pki, "vmhost", "vmhost", "probe"); err != nil {
+		t.Fatal(err)
+	}
+	keys, key := t.TempDir(), marker(t, "sk-ant-key")
+	if err := os.WriteFile(filepath.Join(keys, "scripted"), []byte(key+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	state := shortDir(t)
+	t.Cleanup(func() { killHolding(state) })
+	probeProc := start(t, "vmhost", bins(t)["probe"], "serve", "--gateway", gwURL, "--host", "vmhost", "--pki", f.pki, "--state", state,
+		"--slots", "1", "--appliance", out, "--supervise-every", "500ms", "--dialog", "--agent-keys", keys,
+		"--qemu-cpu", "max", "--guest-fwd", fmt.Sprintf("%d=%d", modelPort, port))
+	a := f.admin(gwURL)
+	runGatewayCLI(t, f, gwURL, "apply", writeSpec(t, agentTaskSpec))
+	waitLong(t, "agentbox running under QEMU", time.Minute, func() bool {
+		st := getDevBox(t, a, "agentbox")
+		return st.Observed != nil && st.Observed.Phase == wire.PhaseRunning && st.Observed.Sessions["allow"] == wire.PhaseRunning &&
+			st.Observed.Sessions["deny"] == wire.PhaseRunning && st.Observed.Sessions["kill"] == wire.PhaseRunning
+	})
+	client := qemuRPC(t, state, "agentbox")
+
+	var prompts []string
+	// waitAsked waits for the session's hook request (not the one with id except).
+	waitAsked := func(session, except string) wire.DialogItem {
+		var it wire.DialogItem
+		waitLong(t, session+": the hook's permission request listed", time.Minute, func() bool {
+			for _, i := range dialogItems(t, f, gwURL, false) {
+				if i.Session == session && i.RequestID != except && i.Content != nil &&
+					strings.Contains(i.Content.Prompt, "Claude Code wants to use Bash: echo approved-by-dialog") {
+					it = i
+					return true
+				}
+			}
+			return false
+		})
+		return it
+	}
+	task := func(session, answer string, kill bool) (intent string) {
+		prompt := marker(t, "task-prompt")
+		prompts = append(prompts, prompt)
+		cmd := exec.Command(bins(t)["gateway"], "task", "--gateway", gwURL, "--pki", f.pki, "--devbox", "agentbox", "--session", session,
+			"--cli", "claude_code", "--model-url", fmt.Sprintf("http://%s:%d", vm.GuestFwdAddr, modelPort), "--model", "scripted",
+			"--api-key-ref", "scripted", "-")
+		cmd.Stdin = strings.NewReader(prompt)
+		o, err := cmd.CombinedOutput()
+		var res struct{ ID string }
+		if err != nil || json.Unmarshal(o, &res) != nil || !strings.HasPrefix(res.ID, "task-") {
+			t.Fatalf("gateway task: %v %s", err, o)
+		}
+		it := waitAsked(session, "")
+		waitLong(t, session+": waiting_for_approval in gateway get", 15*time.Second, func() bool {
+			ag := agentOf(t, a, "agentbox", session)
+			return ag.Intent == res.ID && ag.Status == wire.AgentApproval
+		})
+		if kill { // the CLI's run killed while its hook waits: restarted, reported, asked again
+			var l struct{ Runs []rpc.Run }
+			if err := client.Call(t.Context(), rpc.ActionProcessList, map[string]string{"agent_id": "main", "session_id": session}, &l); err != nil {
+				t.Fatal(err)
+			}
+			killed := 0
+			for _, r := range l.Runs {
+				if r.State == "running" {
+					if err := client.Call(t.Context(), rpc.ActionProcessKill, map[string]string{"run_id": r.RunID}, nil); err != nil {
+						t.Fatalf("process.kill: %v", err)
+					}
+					killed++
+				}
+			}
+			if killed != 1 {
+				t.Fatalf("%d running runs in %s, want the CLI's one", killed, session)
+			}
+			it = waitAsked(session, it.RequestID)
+			audit := runGatewayCLI(t, f, gwURL, "audit", "--limit", "1000")
+			if !strings.Contains(audit, "restart 1 of 5") {
+				t.Errorf("%s: no fault in the audit reporting the restart (1 of --heal-attempts 5)", session)
+			}
+		}
+		if got := runIn(t, client, session, "/bin/cat", "result.txt"); strings.Contains(got, "approved-by-dialog") {
+			t.Fatalf("%s: the command ran before its approval: result.txt %q", session, got)
+		}
+		if o, err := answerCLI(f, gwURL, "agentbox", session, it.RequestID, answer); err != nil || !strings.Contains(o, `"outcome": "answered"`) {
+			t.Fatalf("gateway dialog answer %s: %v %s", answer, err, o)
+		}
+		var ag wire.AgentObserved
+		waitLong(t, session+": the task done", time.Minute, func() bool {
+			ag = agentOf(t, a, "agentbox", session)
+			return ag.Intent == res.ID && (ag.Status == wire.AgentDone || ag.Status == wire.AgentFailed)
+		})
+		if ag.Status != wire.AgentDone {
+			t.Errorf("%s: the agent %+v, want done", session, ag)
+		}
+		return res.ID
+	}
+
+	t.Run("allowed", func(t *testing.T) {
+		task("allow", "allow", false)
+		if got := runIn(t, client, "allow", "/bin/cat", "result.txt"); !strings.Contains(got, "approved-by-dialog") {
+			t.Errorf("result.txt after the approval: %q; the model saw %+v", got, model.Requests())
+		}
+	})
+	t.Run("denied", func(t *testing.T) {
+		task("deny", "deny", false)
+		if got := runIn(t, client, "deny", "/bin/cat", "result.txt"); strings.Contains(got, "approved-by-dialog") {
+			t.Errorf("the denied command ran: result.txt %q", got)
+		}
+	})
+	t.Run("killed while it waits", func(t *testing.T) {
+		task("kill", "allow", true)
+		if got := runIn(t, client, "kill", "/bin/cat", "result.txt"); !strings.Contains(got, "approved-by-dialog") {
+			t.Errorf("result.txt after the restart and the approval: %q", got)
+		}
+		if ag := agentOf(t, a, "agentbox", "allow"); ag.Status != wire.AgentDone {
+			t.Errorf("another session's agent after the kill: %+v, want still done", ag)
+		}
+	})
+	audit := runGatewayCLI(t, f, gwURL, "audit", "--limit", "1000")
+	if !strings.Contains(audit, `"action": "agent.status"`) || !strings.Contains(audit, `"action": "task"`) {
+		t.Errorf("the audit has no task or agent.status records")
+	}
+	gw.kill()
+	probeProc.kill()
+	// The Probe's state is not searched: the guest's store disk holds the appliance's run
+	// records, and a CLI's prompt is on its command line inside the sandbox.
+	assertNowhere(t, append(prompts, key), map[string][]byte{"audit": []byte(audit), "gateway log": logOf(gw), "probe log": logOf(probeProc)},
+		f.etcdData[0])
+}
+
+// agentOf is the session's agent as `gateway get` shows it.
+func agentOf(t *testing.T, a *wire.AdminClient, devbox, session string) wire.AgentObserved {
+	st := getDevBox(t, a, devbox)
+	if st.Observed == nil {
+		return wire.AgentObserved{}
+	}
+	return st.Observed.Agents[session]
+}
+
+// qemuRPC is the host listener of devbox's VM, from the QEMU runtime's record in the Probe's
+// state (its forwarded port and its token's file).
+func qemuRPC(t *testing.T, state, devbox string) *rpc.Client {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(state, "sandbox-"+devbox+".json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rec struct {
+		HostPort  int    `json:"host_port"`
+		TokenFile string `json:"token_file"`
+	}
+	if err := json.Unmarshal(b, &rec); err != nil {
+		t.Fatal(err)
+	}
+	tok, err := os.ReadFile(rec.TokenFile)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return rpc.NewClient(fmt.Sprintf("http://127.0.0.1:%d", rec.HostPort), strings.TrimSpace(string(tok)), &http.Client{Transport: &http.Transport{Proxy: nil}})
+}
+
+// waitLong polls cond for up to d scaled for the accelerator (the agents' CLIs under TCG).
+func waitLong(t *testing.T, what string, d time.Duration, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(vm.Scaled(d))
+	for !cond() {
+		if time.Now().After(deadline) {
+			b, _ := json.Marshal(lastSeen)
+			t.Fatalf("%s: not within %v (accel %s; last devbox status seen: %s)", what, vm.Scaled(d), vm.Accel(), b)
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+}
