@@ -6,6 +6,7 @@ import (
 	"strings"
 	"sync"
 
+	uv "github.com/charmbracelet/ultraviolet"
 	"github.com/charmbracelet/x/ansi"
 	"github.com/charmbracelet/x/vt"
 )
@@ -122,56 +123,96 @@ func (s *Screen) Snapshot() Snapshot {
 	defer s.mu.Unlock()
 	cols, rows := s.emu.Width(), s.emu.Height()
 	snap := Snapshot{Cols: cols, Rows: rows, Alt: s.emu.IsAltScreen(), Bracketed: s.bracketed}
-	for y := range rows {
-		snap.Lines = append(snap.Lines, s.row(y, cols))
-	}
+	snap.Lines = s.viewport(make([]string, 0, rows), make([]byte, 0, rows*(cols+1)))
 	pos := s.emu.CursorPosition()
 	snap.CursorRow, snap.CursorCol = pos.Y, pos.X
 	return snap
 }
 
-// Scrollback renders the history above the viewport (oldest first) followed by the viewport.
+// Scrollback renders the history above the viewport (oldest first) followed by the viewport. The
+// lines are cut from one buffer that is sized first: two allocations for the text and its slice,
+// not one per line.
 func (s *Screen) Scrollback() []string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	var out []string
+	cols, rows := s.emu.Width(), s.emu.Height()
+	var hist []uv.Line
 	if sb := s.emu.Scrollback(); sb != nil {
-		var buf []byte
-		for _, l := range sb.Lines() {
-			buf = buf[:0]
-			for i := range l {
-				c := &l[i]
-				switch {
-				case c.Content == "" && c.Width == 0: // the second column of a wide character
-				case c.Content == "":
-					buf = append(buf, ' ')
-				default:
-					buf = append(buf, c.Content...)
-				}
-			}
-			out = append(out, strings.TrimRight(string(buf), " "))
-		}
+		hist = sb.Lines()
 	}
-	for y := range s.emu.Height() {
-		out = append(out, s.row(y, s.emu.Width()))
+	size := rows * (cols + 1)
+	for _, l := range hist {
+		size += len(l) + 1 // wide characters' cells hold more bytes; append grows then
+	}
+	buf := make([]byte, 0, size)
+	ends := make([]int, 0, len(hist))
+	for _, l := range hist {
+		for i := range l {
+			buf = appendCell(buf, &l[i])
+		}
+		buf = trimBlanks(buf, lineStart(ends))
+		ends = append(ends, len(buf))
+	}
+	text := string(buf)
+	out := make([]string, 0, len(hist)+rows)
+	from := 0
+	for _, e := range ends {
+		out = append(out, text[from:e])
+		from = e
+	}
+	return s.viewport(out, buf[:0])
+}
+
+func lineStart(ends []int) int {
+	if len(ends) == 0 {
+		return 0
+	}
+	return ends[len(ends)-1]
+}
+
+// viewport appends the viewport's rows to out, rendering them into buf (reused) and converting
+// once.
+func (s *Screen) viewport(out []string, buf []byte) []string {
+	cols, rows := s.emu.Width(), s.emu.Height()
+	ends := make([]int, 0, rows)
+	for y := range rows {
+		start := len(buf)
+		for x := range cols {
+			if c := s.emu.CellAt(x, y); c != nil {
+				buf = appendCell(buf, c)
+			} else {
+				buf = append(buf, ' ')
+			}
+		}
+		buf = trimBlanks(buf, start)
+		ends = append(ends, len(buf))
+	}
+	text := string(buf)
+	from := 0
+	for _, e := range ends {
+		out = append(out, text[from:e])
+		from = e
 	}
 	return out
 }
 
-func (s *Screen) row(y, cols int) string {
-	var b strings.Builder
-	for x := 0; x < cols; x++ {
-		c := s.emu.CellAt(x, y)
-		switch {
-		case c == nil:
-			b.WriteByte(' ')
-		case c.Width == 0:
-			// the second column of a wide character
-		case c.Content == "":
-			b.WriteByte(' ')
-		default:
-			b.WriteString(c.Content)
-		}
+// appendCell renders one cell: nothing for the second column of a wide character, a blank for an
+// empty cell.
+func appendCell(buf []byte, c *uv.Cell) []byte {
+	switch {
+	case c.Width == 0 && c.Content == "": // the second column of a wide character
+		return buf
+	case c.Content == "":
+		return append(buf, ' ')
+	default:
+		return append(buf, c.Content...)
 	}
-	return strings.TrimRight(b.String(), " ")
+}
+
+// trimBlanks drops the trailing blanks of the line that starts at start.
+func trimBlanks(buf []byte, start int) []byte {
+	for len(buf) > start && buf[len(buf)-1] == ' ' {
+		buf = buf[:len(buf)-1]
+	}
+	return buf
 }

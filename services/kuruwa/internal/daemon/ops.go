@@ -1,7 +1,6 @@
 package daemon
 
 import (
-	"encoding/json"
 	"net"
 	"time"
 
@@ -87,12 +86,30 @@ func (d *Daemon) resolve(c *client, name, id string, check termCheck) (target, e
 
 // call forwards one request to an instance daemon.
 func call(sock, op string, args, out any) error {
+	conn, err := dialInstance(sock)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	return conn.Call(op, args, out)
+}
+
+// callRaw forwards one request to an instance daemon and returns its reply line unparsed.
+func callRaw(sock, op string, args any) ([]byte, error) {
+	conn, err := dialInstance(sock)
+	if err != nil {
+		return nil, err
+	}
+	defer conn.Close()
+	return conn.CallRaw(op, args)
+}
+
+func dialInstance(sock string) (*wire.Conn, error) {
 	nc, err := net.DialTimeout("unix", sock, 2*time.Second)
 	if err != nil {
-		return wire.Errorf(wire.CodeGone, "instance", "instance daemon does not answer: %v", err)
+		return nil, wire.Errorf(wire.CodeGone, "instance", "instance daemon does not answer: %v", err)
 	}
-	defer nc.Close()
-	return wire.NewConn(nc).Call(op, args, out)
+	return wire.NewConn(nc), nil
 }
 
 // termArgs is the union of the terminal-access operations' arguments.
@@ -128,10 +145,14 @@ func (d *Daemon) termOp(c *client, req wire.Request) {
 		info.Name, info.Instance = tg.ref.name, d.instName(tg.ref.inst)
 		_ = c.reply(info, err)
 	case "screen":
-		// Relayed as the instance daemon encoded it: a full scrollback is large.
-		var res json.RawMessage
-		err = call(tg.sock, "screen", wire.ScreenArgs{ID: id, Scrollback: a.Scrollback}, &res)
-		_ = c.reply(res, err)
+		// Relayed as the instance daemon encoded it, result or error, without decoding it: a
+		// full scrollback is large.
+		line, err := callRaw(tg.sock, "screen", wire.ScreenArgs{ID: id, Scrollback: a.Scrollback})
+		if err != nil {
+			_ = c.reply(nil, err)
+			return
+		}
+		_ = c.replyLine(line)
 	case "send":
 		a.SendArgs.ID = id
 		_ = c.reply(struct{}{}, call(tg.sock, "send", a.SendArgs, nil))
