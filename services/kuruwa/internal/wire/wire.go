@@ -84,7 +84,7 @@ type Conn struct {
 
 // NewConn wraps c.
 func NewConn(c net.Conn) *Conn {
-	return &Conn{Conn: c, r: bufio.NewReaderSize(c, 64*1024), enc: json.NewEncoder(c)}
+	return &Conn{Conn: c, r: bufio.NewReaderSize(c, 16<<10), enc: json.NewEncoder(c)}
 }
 
 // MaxLine bounds one message, so a client cannot make the daemon buffer without limit.
@@ -201,28 +201,42 @@ func CallOnce(rw io.ReadWriter, op string, args, out any) error {
 			return fmt.Errorf("%s: reading the reply: %w", op, err)
 		}
 	}
-	var resp Response
-	if err := json.Unmarshal(buf, &resp); err != nil {
-		return fmt.Errorf("%s: reading the reply: %w", op, Errorf(CodeBadRequest, "", "message is not valid JSON: %v", err))
+	// One pass: the result decodes straight into out, not into a RawMessage decoded again.
+	var resp struct {
+		Error  *Error `json:"error,omitempty"`
+		Result any    `json:"result,omitempty"`
 	}
-	return resp.result(op, out)
+	if out != nil {
+		resp.Result = out
+	}
+	if err := json.Unmarshal(buf, &resp); err != nil {
+		if _, ok := err.(*json.SyntaxError); ok {
+			return fmt.Errorf("%s: reading the reply: %w", op, Errorf(CodeBadRequest, "", "message is not valid JSON: %v", err))
+		}
+		return fmt.Errorf("decode %s result: %w", op, err)
+	}
+	if resp.Error != nil {
+		return resp.Error
+	}
+	return nil
 }
 
-// EncodeRequest is the line that asks for op with args (nil for none).
+// EncodeRequest is the line that asks for op with args (nil for none): Request spelt out, so
+// that only args go through the encoder.
 func EncodeRequest(op string, args any) ([]byte, error) {
-	req := Request{Op: op}
+	q, err := json.Marshal(op)
+	if err != nil {
+		return nil, fmt.Errorf("encode %s: %w", op, err)
+	}
+	line := append(append(make([]byte, 0, 128), `{"op":`...), q...)
 	if args != nil {
 		b, err := json.Marshal(args)
 		if err != nil {
 			return nil, fmt.Errorf("encode %s: %w", op, err)
 		}
-		req.Args = b
+		line = append(append(line, `,"args":`...), b...)
 	}
-	line, err := json.Marshal(req)
-	if err != nil {
-		return nil, fmt.Errorf("encode %s: %w", op, err)
-	}
-	return append(line, '\n'), nil
+	return append(line, "}\n"...), nil
 }
 
 func (resp *Response) result(op string, out any) error {
