@@ -45,6 +45,7 @@ type Daemon struct {
 	grantGen  atomic.Uint64 // bumped by every revocation; streams re-check when it moves
 	closing   bool
 	wg        sync.WaitGroup
+	pool      instancePool // idle connections to instance daemons
 }
 
 type tenant struct {

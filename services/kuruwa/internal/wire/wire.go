@@ -87,6 +87,9 @@ func NewConn(c net.Conn) *Conn {
 	return &Conn{Conn: c, r: bufio.NewReaderSize(c, 16<<10), enc: json.NewEncoder(c)}
 }
 
+// Buffered is how many bytes were read from the peer and not yet taken as a message.
+func (c *Conn) Buffered() int { return c.r.Buffered() }
+
 // MaxLine bounds one message, so a client cannot make the daemon buffer without limit.
 const MaxLine = 8 << 20
 
