@@ -117,22 +117,12 @@ func (s *Screen) Close() {
 	}
 }
 
-// Snapshot renders the viewport: one string per row, trailing blanks trimmed.
-func (s *Screen) Snapshot() Snapshot {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	cols, rows := s.emu.Width(), s.emu.Height()
-	snap := Snapshot{Cols: cols, Rows: rows, Alt: s.emu.IsAltScreen(), Bracketed: s.bracketed}
-	snap.Lines = s.viewport(make([]string, 0, rows), make([]byte, 0, rows*(cols+1)))
-	pos := s.emu.CursorPosition()
-	snap.CursorRow, snap.CursorCol = pos.Y, pos.X
-	return snap
-}
+// Scrollback renders the history above the viewport (oldest first) followed by the viewport.
+func (s *Screen) Scrollback() []string { return strings.Split(s.ScrollbackText(), "\n") }
 
-// Scrollback renders the history above the viewport (oldest first) followed by the viewport. The
-// lines are cut from one buffer that is sized first: two allocations for the text and its slice,
-// not one per line.
-func (s *Screen) Scrollback() []string {
+// ScrollbackText is Scrollback as one text, its lines joined by newlines: rendered into one
+// buffer sized first, with no allocation per line or per cell.
+func (s *Screen) ScrollbackText() string {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	cols, rows := s.emu.Width(), s.emu.Height()
@@ -145,37 +135,35 @@ func (s *Screen) Scrollback() []string {
 		size += len(l) + 1 // wide characters' cells hold more bytes; append grows then
 	}
 	buf := make([]byte, 0, size)
-	ends := make([]int, 0, len(hist))
 	for _, l := range hist {
+		start := len(buf)
 		for i := range l {
 			buf = appendCell(buf, &l[i])
 		}
-		buf = trimBlanks(buf, lineStart(ends))
-		ends = append(ends, len(buf))
+		buf = append(trimBlanks(buf, start), '\n')
 	}
-	text := string(buf)
-	out := make([]string, 0, len(hist)+rows)
-	from := 0
-	for _, e := range ends {
-		out = append(out, text[from:e])
-		from = e
-	}
-	return s.viewport(out, buf[:0])
+	return string(s.viewport(buf))
 }
 
-func lineStart(ends []int) int {
-	if len(ends) == 0 {
-		return 0
-	}
-	return ends[len(ends)-1]
-}
-
-// viewport appends the viewport's rows to out, rendering them into buf (reused) and converting
-// once.
-func (s *Screen) viewport(out []string, buf []byte) []string {
+// Snapshot renders the viewport: one string per row, trailing blanks trimmed.
+func (s *Screen) Snapshot() Snapshot {
+	s.mu.Lock()
+	defer s.mu.Unlock()
 	cols, rows := s.emu.Width(), s.emu.Height()
-	ends := make([]int, 0, rows)
+	snap := Snapshot{Cols: cols, Rows: rows, Alt: s.emu.IsAltScreen(), Bracketed: s.bracketed}
+	snap.Lines = strings.Split(string(s.viewport(make([]byte, 0, rows*(cols+1)))), "\n")
+	pos := s.emu.CursorPosition()
+	snap.CursorRow, snap.CursorCol = pos.Y, pos.X
+	return snap
+}
+
+// viewport appends the viewport's rows to buf, joined by newlines.
+func (s *Screen) viewport(buf []byte) []byte {
+	cols, rows := s.emu.Width(), s.emu.Height()
 	for y := range rows {
+		if y > 0 {
+			buf = append(buf, '\n')
+		}
 		start := len(buf)
 		for x := range cols {
 			if c := s.emu.CellAt(x, y); c != nil {
@@ -185,15 +173,8 @@ func (s *Screen) viewport(out []string, buf []byte) []string {
 			}
 		}
 		buf = trimBlanks(buf, start)
-		ends = append(ends, len(buf))
 	}
-	text := string(buf)
-	from := 0
-	for _, e := range ends {
-		out = append(out, text[from:e])
-		from = e
-	}
-	return out
+	return buf
 }
 
 // appendCell renders one cell: nothing for the second column of a wide character, a blank for an
