@@ -14,7 +14,7 @@ import (
 	"os"
 	"strings"
 
-	"github.com/allox-os/allox/services/kuruwa/internal/entry"
+	"github.com/allox-os/allox/services/kuruwa/internal/dial"
 	"github.com/allox-os/allox/services/kuruwa/internal/wire"
 )
 
@@ -202,11 +202,11 @@ func (c *Context) dial(inv *invocation) (*wire.Conn, error) {
 	if err != nil {
 		return nil, err
 	}
-	uc, err := entry.Dial(path)
+	f, err := dial.Stream(path)
 	if err != nil {
 		return nil, dialFailed(err)
 	}
-	return wire.NewConn(uc), nil
+	return wire.NewConn(f), nil
 }
 
 // call is one request/response on a fresh blocking connection.
@@ -215,7 +215,7 @@ func (c *Context) call(inv *invocation, op string, args, out any) error {
 	if err != nil {
 		return err
 	}
-	s, err := entry.DialBlocking(path)
+	s, err := dial.Blocking(path)
 	if err != nil {
 		return dialFailed(err)
 	}

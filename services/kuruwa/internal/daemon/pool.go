@@ -75,7 +75,7 @@ func (p *instancePool) drop(sock string) {
 // idleAndOpen reports whether the instance daemon has neither closed c nor sent anything on it
 // unasked (which would put the next reply out of step).
 func idleAndOpen(c *wire.Conn) bool {
-	sc, ok := c.Conn.(syscall.Conn)
+	sc, ok := c.Stream.(syscall.Conn)
 	if !ok || c.Buffered() > 0 {
 		return false
 	}

@@ -6,11 +6,11 @@ package entry
 import (
 	"errors"
 	"fmt"
-	"io"
 	"net"
 	"os"
 	"path/filepath"
 
+	"github.com/allox-os/allox/services/kuruwa/internal/dial"
 	"golang.org/x/sys/unix"
 )
 
@@ -141,7 +141,7 @@ func PeerOf(c *net.UnixConn) (Peer, error) {
 // Dial connects to the entry at path, refusing a symlink in its last component so a client is
 // not redirected to another daemon.
 func Dial(path string) (*net.UnixConn, error) {
-	if err := checkEntry(path); err != nil {
+	if err := dial.Check(path); err != nil {
 		return nil, err
 	}
 	c, err := net.DialUnix("unix", nil, &net.UnixAddr{Name: path, Net: "unix"})
@@ -150,73 +150,3 @@ func Dial(path string) (*net.UnixConn, error) {
 	}
 	return c, nil
 }
-
-func checkEntry(path string) error {
-	var st unix.Stat_t
-	if err := unix.Lstat(path, &st); err != nil {
-		return fmt.Errorf("entry %s: %w", path, err)
-	}
-	if st.Mode&unix.S_IFMT != unix.S_IFSOCK {
-		return fmt.Errorf("entry %s: not a socket (a symlink or another file); give the socket's real path", path)
-	}
-	return nil
-}
-
-// Socket is a blocking connection read and written with plain system calls: what a CLI call that
-// makes one request uses, so that it sets up neither the runtime's poller nor its goroutines.
-type Socket int
-
-// DialBlocking connects to the entry at path like Dial, as a blocking Socket.
-func DialBlocking(path string) (Socket, error) {
-	if err := checkEntry(path); err != nil {
-		return -1, err
-	}
-	fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
-	if err != nil {
-		return -1, fmt.Errorf("entry %s: socket: %w", path, err)
-	}
-	for {
-		err = unix.Connect(fd, &unix.SockaddrUnix{Name: path})
-		if err != unix.EINTR {
-			break
-		}
-	}
-	if err != nil {
-		unix.Close(fd)
-		return -1, fmt.Errorf("entry %s: connect: %w", path, err)
-	}
-	return Socket(fd), nil
-}
-
-func (s Socket) Read(p []byte) (int, error) {
-	for {
-		n, err := unix.Read(int(s), p)
-		switch {
-		case err == unix.EINTR:
-			continue
-		case err != nil:
-			return 0, err
-		case n == 0 && len(p) > 0:
-			return 0, io.EOF
-		}
-		return n, nil
-	}
-}
-
-func (s Socket) Write(p []byte) (int, error) {
-	done := 0
-	for done < len(p) {
-		n, err := unix.Write(int(s), p[done:])
-		if err == unix.EINTR {
-			continue
-		}
-		if err != nil {
-			return done, err
-		}
-		done += n
-	}
-	return done, nil
-}
-
-// Close closes the connection.
-func (s Socket) Close() error { return unix.Close(int(s)) }

@@ -10,7 +10,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
+	"time"
 )
 
 // Request is one operation.
@@ -75,16 +75,25 @@ func Errorf(code, field, format string, args ...any) *Error {
 	return &Error{Code: code, Field: field, Message: fmt.Sprintf(format, args...)}
 }
 
+// Stream is what a Conn runs on: a net.Conn in the daemons, an *os.File of a socket in the CLI
+// (which so links no net package).
+type Stream interface {
+	io.ReadWriteCloser
+	SetDeadline(time.Time) error
+	SetReadDeadline(time.Time) error
+	SetWriteDeadline(time.Time) error
+}
+
 // Conn is a protocol connection.
 type Conn struct {
-	net.Conn
+	Stream
 	r   *bufio.Reader
 	enc *json.Encoder
 }
 
 // NewConn wraps c.
-func NewConn(c net.Conn) *Conn {
-	return &Conn{Conn: c, r: bufio.NewReaderSize(c, 16<<10), enc: json.NewEncoder(c)}
+func NewConn(c Stream) *Conn {
+	return &Conn{Stream: c, r: bufio.NewReaderSize(c, 16<<10), enc: json.NewEncoder(c)}
 }
 
 // Buffered is how many bytes were read from the peer and not yet taken as a message.
@@ -136,7 +145,7 @@ func (c *Conn) Call(op string, args, out any) error {
 	if err != nil {
 		return err
 	}
-	if _, err := c.Conn.Write(req); err != nil {
+	if _, err := c.Stream.Write(req); err != nil {
 		return fmt.Errorf("send %s: %w", op, err)
 	}
 	var resp Response
@@ -153,7 +162,7 @@ func (c *Conn) CallRaw(op string, args any) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	if _, err := c.Conn.Write(req); err != nil {
+	if _, err := c.Stream.Write(req); err != nil {
 		return nil, fmt.Errorf("send %s: %w", op, err)
 	}
 	line, err := c.readLine()
@@ -168,7 +177,7 @@ func (c *Conn) CallRaw(op string, args any) ([]byte, error) {
 
 // SendLine writes a message that is already encoded, such as a line CallRaw returned.
 func (c *Conn) SendLine(line []byte) error {
-	_, err := c.Conn.Write(line)
+	_, err := c.Stream.Write(line)
 	return err
 }
 
