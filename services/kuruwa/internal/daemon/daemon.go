@@ -144,7 +144,10 @@ func (d *Daemon) Run(ctx context.Context, ready func()) error {
 			d.shutdown()
 			return err
 		}
+		// The management entry already serves: a grant to this tenant may come at once.
+		d.mu.Lock()
 		d.tenants[name] = t
+		d.mu.Unlock()
 	}
 	d.log.Info("serving", "dir", d.dir, "generation", d.gen, "management", d.ManagementEntry())
 	if ready != nil {
