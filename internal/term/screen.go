@@ -6,6 +6,7 @@ import (
 	"strings"
 	"sync"
 
+	uv "github.com/charmbracelet/ultraviolet"
 	"github.com/charmbracelet/x/ansi"
 	"github.com/charmbracelet/x/vt"
 )
@@ -116,62 +117,83 @@ func (s *Screen) Close() {
 	}
 }
 
+// Scrollback renders the history above the viewport (oldest first) followed by the viewport.
+func (s *Screen) Scrollback() []string { return strings.Split(s.ScrollbackText(), "\n") }
+
+// ScrollbackText is Scrollback as one text, its lines joined by newlines: rendered into one
+// buffer sized first, with no allocation per line or per cell.
+func (s *Screen) ScrollbackText() string {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	cols, rows := s.emu.Width(), s.emu.Height()
+	var hist []uv.Line
+	if sb := s.emu.Scrollback(); sb != nil {
+		hist = sb.Lines()
+	}
+	size := rows * (cols + 1)
+	for _, l := range hist {
+		size += len(l) + 1 // wide characters' cells hold more bytes; append grows then
+	}
+	buf := make([]byte, 0, size)
+	for _, l := range hist {
+		start := len(buf)
+		for i := range l {
+			buf = appendCell(buf, &l[i])
+		}
+		buf = append(trimBlanks(buf, start), '\n')
+	}
+	return string(s.viewport(buf))
+}
+
 // Snapshot renders the viewport: one string per row, trailing blanks trimmed.
 func (s *Screen) Snapshot() Snapshot {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	cols, rows := s.emu.Width(), s.emu.Height()
 	snap := Snapshot{Cols: cols, Rows: rows, Alt: s.emu.IsAltScreen(), Bracketed: s.bracketed}
-	for y := range rows {
-		snap.Lines = append(snap.Lines, s.row(y, cols))
-	}
+	snap.Lines = strings.Split(string(s.viewport(make([]byte, 0, rows*(cols+1)))), "\n")
 	pos := s.emu.CursorPosition()
 	snap.CursorRow, snap.CursorCol = pos.Y, pos.X
 	return snap
 }
 
-// Scrollback renders the history above the viewport (oldest first) followed by the viewport.
-func (s *Screen) Scrollback() []string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	var out []string
-	if sb := s.emu.Scrollback(); sb != nil {
-		var buf []byte
-		for _, l := range sb.Lines() {
-			buf = buf[:0]
-			for i := range l {
-				c := &l[i]
-				switch {
-				case c.Content == "" && c.Width == 0: // the second column of a wide character
-				case c.Content == "":
-					buf = append(buf, ' ')
-				default:
-					buf = append(buf, c.Content...)
-				}
-			}
-			out = append(out, strings.TrimRight(string(buf), " "))
+// viewport appends the viewport's rows to buf, joined by newlines.
+func (s *Screen) viewport(buf []byte) []byte {
+	cols, rows := s.emu.Width(), s.emu.Height()
+	for y := range rows {
+		if y > 0 {
+			buf = append(buf, '\n')
 		}
+		start := len(buf)
+		for x := range cols {
+			if c := s.emu.CellAt(x, y); c != nil {
+				buf = appendCell(buf, c)
+			} else {
+				buf = append(buf, ' ')
+			}
+		}
+		buf = trimBlanks(buf, start)
 	}
-	for y := range s.emu.Height() {
-		out = append(out, s.row(y, s.emu.Width()))
-	}
-	return out
+	return buf
 }
 
-func (s *Screen) row(y, cols int) string {
-	var b strings.Builder
-	for x := 0; x < cols; x++ {
-		c := s.emu.CellAt(x, y)
-		switch {
-		case c == nil:
-			b.WriteByte(' ')
-		case c.Width == 0:
-			// the second column of a wide character
-		case c.Content == "":
-			b.WriteByte(' ')
-		default:
-			b.WriteString(c.Content)
-		}
+// appendCell renders one cell: nothing for the second column of a wide character, a blank for an
+// empty cell.
+func appendCell(buf []byte, c *uv.Cell) []byte {
+	switch {
+	case c.Width == 0 && c.Content == "": // the second column of a wide character
+		return buf
+	case c.Content == "":
+		return append(buf, ' ')
+	default:
+		return append(buf, c.Content...)
 	}
-	return strings.TrimRight(b.String(), " ")
+}
+
+// trimBlanks drops the trailing blanks of the line that starts at start.
+func trimBlanks(buf []byte, start int) []byte {
+	for len(buf) > start && buf[len(buf)-1] == ' ' {
+		buf = buf[:len(buf)-1]
+	}
+	return buf
 }

@@ -177,3 +177,17 @@ func renderTmux(t *testing.T, tmux string, cols, rows int, before string, resize
 	info := strings.Fields(tm("display-message", "-p", "#{cursor_y} #{cursor_x} #{alternate_on}"))
 	return fmt.Sprintf("cursor=%s,%s alt=%v\n%s\n", info[0], info[1], info[2] == "1", view)
 }
+
+// BenchmarkScrollback renders what `kuruwa screen --scrollback` serves for a terminal that printed
+// 2000 lines: the history and the viewport.
+func BenchmarkScrollback(b *testing.B) {
+	s := NewScreen(80, 24, 10000, nil)
+	defer s.Close()
+	s.Write([]byte(lines(0, 2000)))
+	b.ReportAllocs()
+	for b.Loop() {
+		if got := len(s.ScrollbackText()); got < 2000*len("row 1999") {
+			b.Fatalf("%d bytes", got)
+		}
+	}
+}

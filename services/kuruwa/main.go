@@ -3,9 +3,11 @@
 package main
 
 import (
+	"bufio"
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"os/signal"
 	"syscall"
@@ -14,9 +16,22 @@ import (
 )
 
 func main() {
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	err := (&cli.Context{Args: os.Args[1:], Stdin: os.Stdin, Stdout: os.Stdout, Stderr: os.Stderr}).Execute(ctx)
+	// A verb that streams gets signals as the end of its context and writes output as it comes;
+	// every other verb makes one request, so it starts no signal thread and writes its output
+	// with as few system calls as it can (a full scrollback is thousands of lines).
+	ctx, stop := context.Background(), func() {}
+	var stdout io.Writer = os.Stdout
+	out := bufio.NewWriterSize(os.Stdout, 64<<10)
+	if cli.NeedsSignals(os.Args[1:]) {
+		ctx, stop = signal.NotifyContext(ctx, syscall.SIGINT, syscall.SIGTERM)
+	} else {
+		stdout = out
+	}
+	err := (&cli.Context{Args: os.Args[1:], Stdin: os.Stdin, Stdout: stdout, Stderr: os.Stderr}).Execute(ctx)
 	stop()
+	if ferr := out.Flush(); err == nil && ferr != nil {
+		err = ferr
+	}
 	var exit *cli.ExitError
 	switch {
 	case err == nil:

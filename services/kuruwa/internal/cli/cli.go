@@ -14,7 +14,7 @@ import (
 	"os"
 	"strings"
 
-	"github.com/allox-os/allox/services/kuruwa/internal/entry"
+	"github.com/allox-os/allox/services/kuruwa/internal/dial"
 	"github.com/allox-os/allox/services/kuruwa/internal/wire"
 )
 
@@ -47,6 +47,8 @@ type verb struct {
 	flags map[string]bool // flag name → takes a value
 	run   func(ctx context.Context, c *Context, inv *invocation) error
 	help  string
+	// stream: the verb runs until its context ends or its stream does (see NeedsSignals).
+	stream bool
 }
 
 // Execute runs the verb in c.Args.
@@ -54,25 +56,15 @@ func (c *Context) Execute(ctx context.Context) error {
 	if c.Getenv == nil {
 		c.Getenv = os.Getenv
 	}
-	args := c.Args
-	entryFlag := ""
-	for len(args) > 0 && strings.HasPrefix(args[0], "--entry") {
-		if v, ok := strings.CutPrefix(args[0], "--entry="); ok {
-			entryFlag, args = v, args[1:]
-		} else if len(args) > 1 {
-			entryFlag, args = args[1], args[2:]
-		} else {
-			return usagef("--entry needs a path")
-		}
+	entryFlag, args, err := splitEntry(c.Args)
+	if err != nil {
+		return err
 	}
 	if len(args) == 0 || args[0] == "help" || args[0] == "-h" || args[0] == "--help" {
 		c.help()
 		return nil
 	}
-	name := args[0]
-	if (name == "instance" || name == "tenant") && len(args) > 1 {
-		name, args = name+" "+args[1], args[1:]
-	}
+	name, args := verbName(args)
 	v, ok := verbs()[name]
 	if !ok {
 		return usagef("unknown verb %q", name)
@@ -86,6 +78,42 @@ func (c *Context) Execute(ctx context.Context) error {
 		inv.entry = inv.one("entry")
 	}
 	return v.run(ctx, c, inv)
+}
+
+// splitEntry takes the leading --entry flags off args.
+func splitEntry(args []string) (string, []string, error) {
+	entryFlag := ""
+	for len(args) > 0 && strings.HasPrefix(args[0], "--entry") {
+		if v, ok := strings.CutPrefix(args[0], "--entry="); ok {
+			entryFlag, args = v, args[1:]
+		} else if len(args) > 1 {
+			entryFlag, args = args[1], args[2:]
+		} else {
+			return "", nil, usagef("--entry needs a path")
+		}
+	}
+	return entryFlag, args, nil
+}
+
+// verbName is the verb args start with ("instance ls" is one) and the arguments from its last word.
+func verbName(args []string) (string, []string) {
+	name := args[0]
+	if (name == "instance" || name == "tenant") && len(args) > 1 {
+		name, args = name+" "+args[1], args[1:]
+	}
+	return name, args
+}
+
+// NeedsSignals reports whether the verb in args lasts until interrupted (a stream, a wait, an
+// attach), so that its caller turns SIGINT and SIGTERM into the end of its context. Every other
+// verb makes one request and exits, and starts faster without a signal-handling thread.
+func NeedsSignals(args []string) bool {
+	_, args, err := splitEntry(args)
+	if err != nil || len(args) == 0 {
+		return false
+	}
+	name, _ := verbName(args)
+	return verbs()[name].stream
 }
 
 func (c *Context) help() {
@@ -152,30 +180,47 @@ func parse(flags map[string]bool, args []string) (*invocation, error) {
 	return inv, nil
 }
 
-// dial connects to the entry the invocation names, or fails: there is no fallback.
-func (c *Context) dial(inv *invocation) (*wire.Conn, error) {
+// entryPath is the entry the invocation names, or an error: there is no fallback.
+func (c *Context) entryPath(inv *invocation) (string, error) {
 	path := inv.entry
 	if path == "" {
 		path = c.Getenv(EnvEntry)
 	}
 	if path == "" {
-		return nil, errors.New("no entry: pass --entry SOCKET or set KURUWA_ENTRY (the host's management entry is DIR/manage/sock of the daemon's directory)")
+		return "", errors.New("no entry: pass --entry SOCKET or set KURUWA_ENTRY (the host's management entry is DIR/manage/sock of the daemon's directory)")
 	}
-	uc, err := entry.Dial(path)
-	if err != nil {
-		return nil, fmt.Errorf("%w; is the daemon for this project running? (kuruwa never starts one for you)", err)
-	}
-	return wire.NewConn(uc), nil
+	return path, nil
 }
 
-// call is one request/response on a fresh connection.
+func dialFailed(err error) error {
+	return fmt.Errorf("%w; is the daemon for this project running? (kuruwa never starts one for you)", err)
+}
+
+// dial connects to the entry the invocation names for a stream.
+func (c *Context) dial(inv *invocation) (*wire.Conn, error) {
+	path, err := c.entryPath(inv)
+	if err != nil {
+		return nil, err
+	}
+	f, err := dial.Stream(path)
+	if err != nil {
+		return nil, dialFailed(err)
+	}
+	return wire.NewConn(f), nil
+}
+
+// call is one request/response on a fresh blocking connection.
 func (c *Context) call(inv *invocation, op string, args, out any) error {
-	conn, err := c.dial(inv)
+	path, err := c.entryPath(inv)
 	if err != nil {
 		return err
 	}
-	defer conn.Close()
-	return conn.Call(op, args, out)
+	s, err := dial.Blocking(path)
+	if err != nil {
+		return dialFailed(err)
+	}
+	defer s.Close()
+	return wire.CallOnce(s, op, args, out)
 }
 
 func needName(inv *invocation, verb string) (string, error) {

@@ -4,6 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
+	"strings"
 
 	"github.com/allox-os/allox/services/kuruwa/internal/wire"
 )
@@ -69,16 +71,19 @@ func screen(_ context.Context, c *Context, inv *invocation) error {
 		return err
 	}
 	if inv.has("json") {
+		if inv.has("scrollback") {
+			res.History, res.HistoryText = strings.Split(res.HistoryText, "\n"), ""
+		}
 		return json.NewEncoder(c.Stdout).Encode(res)
 	}
 	if !inv.has("plain") {
 		fmt.Fprintf(c.Stdout, "# cursor=%d,%d alt=%v size=%dx%d\n", res.CursorRow, res.CursorCol, res.Alt, res.Cols, res.Rows)
 	}
-	lines := res.Lines
 	if inv.has("scrollback") {
-		lines = res.History
+		_, err := io.WriteString(c.Stdout, res.HistoryText+"\n")
+		return err
 	}
-	for _, l := range lines {
+	for _, l := range res.Lines {
 		fmt.Fprintln(c.Stdout, l)
 	}
 	return nil

@@ -30,6 +30,7 @@ func BenchmarkKuruwaVersusTmux(b *testing.B) {
 		b.Fatal(err)
 	}
 	defer func() { _ = daemon.Process.Signal(os.Interrupt); _ = daemon.Wait() }()
+	floor := emptyGoProgram(b, dir)
 	ep := filepath.Join(dir, "k", "manage", "sock")
 	tsock := filepath.Join(dir, "tmux.sock")
 	kw := func(args ...string) error {
@@ -106,7 +107,7 @@ func BenchmarkKuruwaVersusTmux(b *testing.B) {
 	}
 	for _, o := range ops {
 		b.Run(o.name, func(b *testing.B) {
-			var ks, ts, rs []time.Duration
+			var ks, ts, rs, fs []time.Duration
 			c := conn()
 			defer c.Close()
 			for i := 0; i < b.N; i++ {
@@ -120,10 +121,14 @@ func BenchmarkKuruwaVersusTmux(b *testing.B) {
 				start = time.Now()
 				must(o.rpc(c))
 				rs = append(rs, time.Since(start))
+				start = time.Now()
+				must(exec.Command(floor).Run())
+				fs = append(fs, time.Since(start))
 			}
 			kp50, kp99 := percentiles(ks)
 			tp50, tp99 := percentiles(ts)
 			rp50, rp99 := percentiles(rs)
+			fp50, _ := percentiles(fs)
 			b.ReportMetric(ms(rp50), "rpc-p50-ms")
 			b.ReportMetric(ms(rp99), "rpc-p99-ms")
 			b.ReportMetric(ms(kp50), "kuruwa-p50-ms")
@@ -131,11 +136,35 @@ func BenchmarkKuruwaVersusTmux(b *testing.B) {
 			b.ReportMetric(ms(tp50), "tmux-p50-ms")
 			b.ReportMetric(ms(tp99), "tmux-p99-ms")
 			b.ReportMetric(float64(tp50)/float64(kp50), "tmux/kuruwa-p50")
+			b.ReportMetric(ms(fp50), "empty-go-p50-ms")
+			b.ReportMetric(float64(tp50)/float64(fp50), "tmux/empty-go-p50")
 			b.ReportMetric(float64(len(ks)), "samples")
-			b.Logf("%s: kuruwa CLI p50 %.2fms p99 %.2fms; tmux CLI p50 %.2fms p99 %.2fms (tmux/kuruwa %.2f); kuruwa without the CLI process p50 %.2fms p99 %.2fms; %d samples",
-				o.name, ms(kp50), ms(kp99), ms(tp50), ms(tp99), float64(tp50)/float64(kp50), ms(rp50), ms(rp99), len(ks))
+			b.Logf("%s: kuruwa CLI p50 %.2fms p99 %.2fms; tmux CLI p50 %.2fms p99 %.2fms (tmux/kuruwa %.2f); kuruwa without the CLI process p50 %.2fms p99 %.2fms; an empty static Go program p50 %.2fms (tmux/empty %.2f: the most any Go CLI could be faster than tmux); %d samples",
+				o.name, ms(kp50), ms(kp99), ms(tp50), ms(tp99), float64(tp50)/float64(kp50), ms(rp50), ms(rp99), ms(fp50), float64(tp50)/float64(fp50), len(ks))
 		})
 	}
+}
+
+// emptyGoProgram builds a static Go program whose main does nothing, as kuruwa is built: its
+// exec is the floor under any CLI call written in Go (the runtime's start and exit), measured
+// alongside each verb so the bench prints how far below tmux a Go client can get at all.
+func emptyGoProgram(b *testing.B, dir string) string {
+	src := filepath.Join(dir, "empty")
+	if err := os.MkdirAll(src, 0o755); err != nil {
+		b.Fatal(err)
+	}
+	for name, text := range map[string]string{"go.mod": "module empty\n", "main.go": "package main\n\nfunc main() {}\n"} {
+		if err := os.WriteFile(filepath.Join(src, name), []byte(text), 0o644); err != nil {
+			b.Fatal(err)
+		}
+	}
+	bin := filepath.Join(dir, "empty-go")
+	build := exec.Command("go", "build", "-o", bin, ".")
+	build.Dir, build.Env = src, append(os.Environ(), "CGO_ENABLED=0", "GOFLAGS=")
+	if out, err := build.CombinedOutput(); err != nil {
+		b.Fatalf("build the empty Go program: %v\n%s", err, out)
+	}
+	return bin
 }
 
 // pop takes the last name made by create, making one first (untimed, through kw) if none is left.

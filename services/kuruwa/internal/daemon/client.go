@@ -33,6 +33,13 @@ func (c *client) reply(result any, err error) error {
 	return c.conn.Reply(result, err)
 }
 
+// replyLine sends a reply that is already encoded.
+func (c *client) replyLine(line []byte) error {
+	c.sendMu.Lock()
+	defer c.sendMu.Unlock()
+	return c.conn.SendLine(line)
+}
+
 func (c *client) close() { c.once.Do(func() { _ = c.conn.Close() }) }
 
 // revoked closes the client's connection before returning. When no write is in flight it first

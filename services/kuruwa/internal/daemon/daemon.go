@@ -45,6 +45,7 @@ type Daemon struct {
 	grantGen  atomic.Uint64 // bumped by every revocation; streams re-check when it moves
 	closing   bool
 	wg        sync.WaitGroup
+	pool      instancePool // idle connections to instance daemons
 }
 
 type tenant struct {
@@ -143,7 +144,10 @@ func (d *Daemon) Run(ctx context.Context, ready func()) error {
 			d.shutdown()
 			return err
 		}
+		// The management entry already serves: a grant to this tenant may come at once.
+		d.mu.Lock()
 		d.tenants[name] = t
+		d.mu.Unlock()
 	}
 	d.log.Info("serving", "dir", d.dir, "generation", d.gen, "management", d.ManagementEntry())
 	if ready != nil {

@@ -264,6 +264,7 @@ func (d *Daemon) watch(in *instance) {
 	was, destroying := in.valid, in.destroying
 	in.valid = false
 	d.mu.Unlock()
+	d.pool.drop(in.sock)
 	if destroying {
 		return
 	}
@@ -299,6 +300,7 @@ func (d *Daemon) destroy(in *instance) {
 			<-in.exited
 		}
 	}
+	d.pool.drop(in.sock)
 	d.cleanupFiles(in, d.cfg.Definitions[in.def])
 	_ = os.RemoveAll(in.state)
 	d.mu.Lock()

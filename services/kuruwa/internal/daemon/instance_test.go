@@ -2,6 +2,7 @@ package daemon_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -257,4 +258,37 @@ func TestRestartNeverRevivesGrantsOrIDs(t *testing.T) {
 	}
 	conn := f.dial(f.mgmt())
 	wantCode(t, conn.Call("status", wire.TermArgs{Name: "g", ID: oldIDs[0]}, nil), wire.CodeGone)
+}
+
+// screen --scrollback prints the whole history and the viewport, every line once and in order,
+// as text and as --json's history; the daemons carry it as one text (wire.ScreenResult).
+func TestScrollbackPrintsEveryLineInOrder(t *testing.T) {
+	f := newDaemon(t, boxConfig)
+	f.must(f.mgmt(), "run", "sb", "--instance", "host", "--rows", "10", "--", "sh", "-c", "i=1; while [ $i -le 300 ]; do echo \"line $i  \"; i=$((i+1)); done")
+	want := make([]string, 300)
+	for i := range want {
+		want[i] = fmt.Sprintf("line %d", i+1) // trailing blanks trimmed
+	}
+	text := strings.Split(strings.TrimSuffix(f.must(f.mgmt(), "screen", "sb", "--scrollback", "--plain"), "\n"), "\n")
+	var res wire.ScreenResult
+	if err := json.Unmarshal([]byte(f.must(f.mgmt(), "screen", "sb", "--scrollback", "--json")), &res); err != nil {
+		t.Fatal(err)
+	}
+	if res.HistoryText != "" {
+		t.Errorf("--json prints history_text as well as history")
+	}
+	for form, got := range map[string][]string{"text": text, "json": res.History} {
+		var lines []string
+		for _, l := range got {
+			if strings.HasPrefix(l, "line ") {
+				lines = append(lines, l)
+			}
+		}
+		if !slices.Equal(lines, want) {
+			t.Errorf("%s: %d lines of output, want 300 in order; first %q", form, len(lines), lines[:min(3, len(lines))])
+		}
+		if len(got) != 301 || got[300] != "" { // the viewport ends with the cursor's empty row
+			t.Errorf("%s: %d lines, want the 300 printed and the cursor's empty row", form, len(got))
+		}
+	}
 }

@@ -44,7 +44,7 @@ func (d *Daemon) ls(c *client) wire.LsResult {
 	d.mu.Unlock()
 	for sock, refs := range bySock {
 		var all []wire.TermInfo
-		_ = call(sock, "ls", nil, &all)
+		_ = d.call(sock, "ls", nil, &all)
 		byID := map[string]wire.TermInfo{}
 		for _, ti := range all {
 			byID[ti.ID] = ti
@@ -100,7 +100,7 @@ func (d *Daemon) start(c *client, a wire.StartArgs) (wire.TermInfo, error) {
 	d.mu.Unlock()
 	a.ID, a.Instance = tr.id, in.id
 	var info wire.TermInfo
-	if err := call(sock, "start", a, &info); err != nil {
+	if err := d.call(sock, "start", a, &info); err != nil {
 		d.mu.Lock()
 		delete(d.terms, a.Name)
 		d.mu.Unlock()
@@ -151,7 +151,7 @@ func (d *Daemon) gc(c *client) []string {
 			d.mu.Lock()
 			in := d.instances[tr.inst]
 			d.mu.Unlock()
-			if in != nil && call(in.sock, "clean", wire.CleanArgs{ID: tr.id}, nil) == nil {
+			if in != nil && d.call(in.sock, "clean", wire.CleanArgs{ID: tr.id}, nil) == nil {
 				d.forgetTerm(*tr)
 				removed = append(removed, ti.Name)
 			}

@@ -1,10 +1,6 @@
 package daemon
 
 import (
-	"encoding/json"
-	"net"
-	"time"
-
 	"github.com/allox-os/allox/services/kuruwa/internal/config"
 	"github.com/allox-os/allox/services/kuruwa/internal/wire"
 )
@@ -85,16 +81,6 @@ func (d *Daemon) resolve(c *client, name, id string, check termCheck) (target, e
 	return target{ref: *tr, sock: in.sock}, nil
 }
 
-// call forwards one request to an instance daemon.
-func call(sock, op string, args, out any) error {
-	nc, err := net.DialTimeout("unix", sock, 2*time.Second)
-	if err != nil {
-		return wire.Errorf(wire.CodeGone, "instance", "instance daemon does not answer: %v", err)
-	}
-	defer nc.Close()
-	return wire.NewConn(nc).Call(op, args, out)
-}
-
 // termArgs is the union of the terminal-access operations' arguments.
 type termArgs struct {
 	wire.SendArgs
@@ -124,19 +110,23 @@ func (d *Daemon) termOp(c *client, req wire.Request) {
 	switch req.Op {
 	case "status":
 		var info wire.TermInfo
-		err = call(tg.sock, "status", wire.TermArgs{ID: id}, &info)
+		err = d.call(tg.sock, "status", wire.TermArgs{ID: id}, &info)
 		info.Name, info.Instance = tg.ref.name, d.instName(tg.ref.inst)
 		_ = c.reply(info, err)
 	case "screen":
-		// Relayed as the instance daemon encoded it: a full scrollback is large.
-		var res json.RawMessage
-		err = call(tg.sock, "screen", wire.ScreenArgs{ID: id, Scrollback: a.Scrollback}, &res)
-		_ = c.reply(res, err)
+		// Relayed as the instance daemon encoded it, result or error, without decoding it: a
+		// full scrollback is large.
+		line, err := d.callRaw(tg.sock, "screen", wire.ScreenArgs{ID: id, Scrollback: a.Scrollback})
+		if err != nil {
+			_ = c.reply(nil, err)
+			return
+		}
+		_ = c.replyLine(line)
 	case "send":
 		a.SendArgs.ID = id
-		_ = c.reply(struct{}{}, call(tg.sock, "send", a.SendArgs, nil))
+		_ = c.reply(struct{}{}, d.call(tg.sock, "send", a.SendArgs, nil))
 	case "resize":
-		_ = c.reply(struct{}{}, call(tg.sock, "resize", wire.ResizeArgs{ID: id, Cols: a.Cols, Rows: a.Rows}, nil))
+		_ = c.reply(struct{}{}, d.call(tg.sock, "resize", wire.ResizeArgs{ID: id, Cols: a.Cols, Rows: a.Rows}, nil))
 	}
 }
 
@@ -172,10 +162,10 @@ func (d *Daemon) manageOp(c *client, req wire.Request) {
 		return
 	}
 	if req.Op == "cancel" {
-		_ = c.reply(struct{}{}, call(tg.sock, "signal", wire.SignalArgs{ID: tg.ref.id, Signal: a.Signal}, nil))
+		_ = c.reply(struct{}{}, d.call(tg.sock, "signal", wire.SignalArgs{ID: tg.ref.id, Signal: a.Signal}, nil))
 		return
 	}
-	if err := call(tg.sock, "clean", wire.CleanArgs{ID: tg.ref.id, Force: a.Force}, nil); err != nil {
+	if err := d.call(tg.sock, "clean", wire.CleanArgs{ID: tg.ref.id, Force: a.Force}, nil); err != nil {
 		_ = c.reply(nil, err)
 		return
 	}

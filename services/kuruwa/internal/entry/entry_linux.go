@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/allox-os/allox/services/kuruwa/internal/dial"
 	"golang.org/x/sys/unix"
 )
 
@@ -140,12 +141,8 @@ func PeerOf(c *net.UnixConn) (Peer, error) {
 // Dial connects to the entry at path, refusing a symlink in its last component so a client is
 // not redirected to another daemon.
 func Dial(path string) (*net.UnixConn, error) {
-	var st unix.Stat_t
-	if err := unix.Lstat(path, &st); err != nil {
-		return nil, fmt.Errorf("entry %s: %w", path, err)
-	}
-	if st.Mode&unix.S_IFMT != unix.S_IFSOCK {
-		return nil, fmt.Errorf("entry %s: not a socket (a symlink or another file); give the socket's real path", path)
+	if err := dial.Check(path); err != nil {
+		return nil, err
 	}
 	c, err := net.DialUnix("unix", nil, &net.UnixAddr{Name: path, Net: "unix"})
 	if err != nil {

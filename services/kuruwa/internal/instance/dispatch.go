@@ -96,7 +96,7 @@ func (s *Server) screen(a wire.ScreenArgs) (wire.ScreenResult, error) {
 	}
 	res := wire.ScreenResult{Snapshot: wire.Snapshot(e.t.Screen().Snapshot())}
 	if a.Scrollback {
-		res.History = e.t.Screen().Scrollback()
+		res.HistoryText = e.t.Screen().ScrollbackText()
 	}
 	return res, nil
 }

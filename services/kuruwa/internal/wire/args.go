@@ -81,10 +81,13 @@ type Snapshot struct {
 	Bracketed bool     `json:"bracketed_paste"`
 }
 
-// ScreenResult is a screen.
+// ScreenResult is a screen. With scrollback the daemons send the history and the viewport as
+// HistoryText, its lines joined by newlines: one string costs far less to encode and decode than
+// thousands. History is that text split into lines, as `kuruwa screen --scrollback --json` prints it.
 type ScreenResult struct {
 	Snapshot
-	History []string `json:"history,omitempty"`
+	HistoryText string   `json:"history_text,omitempty"`
+	History     []string `json:"history,omitempty"`
 }
 
 // Status is whether a terminal's program runs, and its exit status once it exited.

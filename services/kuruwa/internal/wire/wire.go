@@ -10,7 +10,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
-	"net"
+	"time"
 )
 
 // Request is one operation.
@@ -75,17 +75,29 @@ func Errorf(code, field, format string, args ...any) *Error {
 	return &Error{Code: code, Field: field, Message: fmt.Sprintf(format, args...)}
 }
 
+// Stream is what a Conn runs on: a net.Conn in the daemons, an *os.File of a socket in the CLI
+// (which so links no net package).
+type Stream interface {
+	io.ReadWriteCloser
+	SetDeadline(time.Time) error
+	SetReadDeadline(time.Time) error
+	SetWriteDeadline(time.Time) error
+}
+
 // Conn is a protocol connection.
 type Conn struct {
-	net.Conn
+	Stream
 	r   *bufio.Reader
 	enc *json.Encoder
 }
 
 // NewConn wraps c.
-func NewConn(c net.Conn) *Conn {
-	return &Conn{Conn: c, r: bufio.NewReaderSize(c, 64*1024), enc: json.NewEncoder(c)}
+func NewConn(c Stream) *Conn {
+	return &Conn{Stream: c, r: bufio.NewReaderSize(c, 16<<10), enc: json.NewEncoder(c)}
 }
+
+// Buffered is how many bytes were read from the peer and not yet taken as a message.
+func (c *Conn) Buffered() int { return c.r.Buffered() }
 
 // MaxLine bounds one message, so a client cannot make the daemon buffer without limit.
 const MaxLine = 8 << 20
@@ -95,23 +107,9 @@ func (c *Conn) Send(v any) error { return c.enc.Encode(v) }
 
 // Recv reads one message into v.
 func (c *Conn) Recv(v any) error {
-	var line []byte
-	for {
-		chunk, err := c.r.ReadSlice('\n')
-		line = append(line, chunk...)
-		if len(line) > MaxLine {
-			return fmt.Errorf("message longer than %d bytes", MaxLine)
-		}
-		if err == bufio.ErrBufferFull {
-			continue
-		}
-		if err != nil {
-			if err == io.EOF && len(line) > 0 {
-				return io.ErrUnexpectedEOF
-			}
-			return err
-		}
-		break
+	line, err := c.readLine()
+	if err != nil {
+		return err
 	}
 	if err := json.Unmarshal(line, v); err != nil {
 		return Errorf(CodeBadRequest, "", "message is not valid JSON: %v", err)
@@ -119,23 +117,141 @@ func (c *Conn) Recv(v any) error {
 	return nil
 }
 
+// readLine reads one message, its newline included.
+func (c *Conn) readLine() ([]byte, error) {
+	var line []byte
+	for {
+		chunk, err := c.r.ReadSlice('\n')
+		line = append(line, chunk...)
+		if len(line) > MaxLine {
+			return nil, fmt.Errorf("message longer than %d bytes", MaxLine)
+		}
+		if err == bufio.ErrBufferFull {
+			continue
+		}
+		if err != nil {
+			if err == io.EOF && len(line) > 0 {
+				return nil, io.ErrUnexpectedEOF
+			}
+			return nil, err
+		}
+		return line, nil
+	}
+}
+
 // Call sends op with args and decodes the result into out (which may be nil).
 func (c *Conn) Call(op string, args, out any) error {
-	req := Request{Op: op}
-	if args != nil {
-		b, err := json.Marshal(args)
-		if err != nil {
-			return fmt.Errorf("encode %s: %w", op, err)
-		}
-		req.Args = b
+	req, err := EncodeRequest(op, args)
+	if err != nil {
+		return err
 	}
-	if err := c.Send(req); err != nil {
+	if _, err := c.Stream.Write(req); err != nil {
 		return fmt.Errorf("send %s: %w", op, err)
 	}
 	var resp Response
 	if err := c.Recv(&resp); err != nil {
 		return fmt.Errorf("%s: reading the reply: %w", op, err)
 	}
+	return resp.result(op, out)
+}
+
+// CallRaw sends op with args and returns the reply line as the peer sent it, newline included,
+// for a relay that passes a large result on without decoding and re-encoding it.
+func (c *Conn) CallRaw(op string, args any) ([]byte, error) {
+	req, err := EncodeRequest(op, args)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := c.Stream.Write(req); err != nil {
+		return nil, fmt.Errorf("send %s: %w", op, err)
+	}
+	line, err := c.readLine()
+	if err != nil {
+		return nil, fmt.Errorf("%s: reading the reply: %w", op, err)
+	}
+	if !json.Valid(line) {
+		return nil, fmt.Errorf("%s: reading the reply: %w", op, Errorf(CodeBadRequest, "", "message is not valid JSON"))
+	}
+	return line, nil
+}
+
+// SendLine writes a message that is already encoded, such as a line CallRaw returned.
+func (c *Conn) SendLine(line []byte) error {
+	_, err := c.Stream.Write(line)
+	return err
+}
+
+// CallOnce is Call on a connection that carries this one request: it reads no further than the
+// reply's newline and buffers nothing beyond it.
+func CallOnce(rw io.ReadWriter, op string, args, out any) error {
+	req, err := EncodeRequest(op, args)
+	if err != nil {
+		return err
+	}
+	if _, err := rw.Write(req); err != nil {
+		return fmt.Errorf("send %s: %w", op, err)
+	}
+	buf := make([]byte, 0, 16<<10)
+	for start := 0; ; {
+		if len(buf) == cap(buf) {
+			if len(buf) > MaxLine {
+				return fmt.Errorf("%s: reading the reply: message longer than %d bytes", op, MaxLine)
+			}
+			buf = append(buf, make([]byte, len(buf))...)[:len(buf)]
+		}
+		n, err := rw.Read(buf[len(buf):cap(buf)])
+		buf = buf[:len(buf)+n]
+		if i := bytes.IndexByte(buf[start:], '\n'); i >= 0 {
+			buf = buf[:start+i+1]
+			break
+		}
+		start = len(buf)
+		if err != nil {
+			if err == io.EOF && len(buf) > 0 {
+				err = io.ErrUnexpectedEOF
+			}
+			return fmt.Errorf("%s: reading the reply: %w", op, err)
+		}
+	}
+	// One pass: the result decodes straight into out, not into a RawMessage decoded again.
+	var resp struct {
+		Error  *Error `json:"error,omitempty"`
+		Result any    `json:"result,omitempty"`
+	}
+	if out != nil {
+		resp.Result = out
+	}
+	if err := json.Unmarshal(buf, &resp); err != nil {
+		if _, ok := err.(*json.SyntaxError); ok {
+			return fmt.Errorf("%s: reading the reply: %w", op, Errorf(CodeBadRequest, "", "message is not valid JSON: %v", err))
+		}
+		return fmt.Errorf("decode %s result: %w", op, err)
+	}
+	if resp.Error != nil {
+		return resp.Error
+	}
+	return nil
+}
+
+// EncodeRequest is the line that asks for op with args (nil for none): Request spelt out, so
+// that only args go through the encoder.
+func EncodeRequest(op string, args any) ([]byte, error) {
+	q, err := json.Marshal(op)
+	if err != nil {
+		return nil, fmt.Errorf("encode %s: %w", op, err)
+	}
+	line := append(append(make([]byte, 0, 128), `{"op":`...), q...)
+	if args != nil {
+		b, err := json.Marshal(args)
+		if err != nil {
+			return nil, fmt.Errorf("encode %s: %w", op, err)
+		}
+		line = append(append(line, `,"args":`...), b...)
+	}
+	return append(line, "}\n"...), nil
+}
+
+func (resp *Response) result(op string, out any) error {
 	if resp.Error != nil {
 		return resp.Error
 	}
@@ -160,7 +276,10 @@ func (c *Conn) Reply(result any, err error) error {
 	if merr != nil {
 		return c.Send(Response{Error: &Error{Code: CodeInternal, Message: merr.Error()}})
 	}
-	return c.Send(Response{Result: b})
+	// Response{Result: b} spelt out, so that a large result is not scanned again by the encoder.
+	line := make([]byte, 0, len(b)+len(`{"result":}`)+1)
+	line = append(append(append(line, `{"result":`...), b...), "}\n"...)
+	return c.SendLine(line)
 }
 
 // Decode decodes a request's arguments, refusing unknown fields so a misspelt argument is an

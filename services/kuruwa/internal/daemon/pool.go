@@ -1,0 +1,116 @@
+package daemon
+
+import (
+	"errors"
+	"net"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/allox-os/allox/services/kuruwa/internal/wire"
+	"golang.org/x/sys/unix"
+)
+
+// instancePool keeps a few idle connections to each instance daemon, so that a relayed request
+// pays neither a connect nor an accept and a new goroutine in the instance daemon. Streams
+// (tail, attach) dial their own. Connections of an instance that is gone are dropped with it.
+type instancePool struct {
+	mu   sync.Mutex
+	idle map[string][]*wire.Conn // by socket path
+}
+
+const maxIdlePerInstance = 2
+
+// get is an idle connection to sock that is still open, or a new one.
+func (p *instancePool) get(sock string) (*wire.Conn, error) {
+	p.mu.Lock()
+	for l := p.idle[sock]; len(l) > 0; l = p.idle[sock] {
+		c := l[len(l)-1]
+		p.idle[sock] = l[:len(l)-1]
+		if idleAndOpen(c) {
+			p.mu.Unlock()
+			return c, nil
+		}
+		c.Close()
+	}
+	p.mu.Unlock()
+	nc, err := net.DialTimeout("unix", sock, 2*time.Second)
+	if err != nil {
+		return nil, wire.Errorf(wire.CodeGone, "instance", "instance daemon does not answer: %v", err)
+	}
+	return wire.NewConn(nc), nil
+}
+
+// put returns c after a request that left it at a message boundary: a reply, result or error,
+// was read whole.
+func (p *instancePool) put(sock string, c *wire.Conn, err error) {
+	var we *wire.Error
+	if err != nil && !errors.As(err, &we) {
+		c.Close()
+		return
+	}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.idle == nil {
+		p.idle = map[string][]*wire.Conn{}
+	}
+	if len(p.idle[sock]) >= maxIdlePerInstance {
+		c.Close()
+		return
+	}
+	p.idle[sock] = append(p.idle[sock], c)
+}
+
+// drop closes the idle connections to sock: its instance is gone.
+func (p *instancePool) drop(sock string) {
+	p.mu.Lock()
+	l := p.idle[sock]
+	delete(p.idle, sock)
+	p.mu.Unlock()
+	for _, c := range l {
+		c.Close()
+	}
+}
+
+// idleAndOpen reports whether the instance daemon has neither closed c nor sent anything on it
+// unasked (which would put the next reply out of step).
+func idleAndOpen(c *wire.Conn) bool {
+	sc, ok := c.Stream.(syscall.Conn)
+	if !ok || c.Buffered() > 0 {
+		return false
+	}
+	raw, err := sc.SyscallConn()
+	if err != nil {
+		return false
+	}
+	open := false
+	_ = raw.Read(func(fd uintptr) bool {
+		var b [1]byte
+		_, _, err := unix.Recvfrom(int(fd), b[:], unix.MSG_PEEK|unix.MSG_DONTWAIT)
+		open = err == unix.EAGAIN
+		return true
+	})
+	return open
+}
+
+// call forwards one request to an instance daemon.
+func (d *Daemon) call(sock, op string, args, out any) error {
+	conn, err := d.pool.get(sock)
+	if err != nil {
+		return err
+	}
+	err = conn.Call(op, args, out)
+	d.pool.put(sock, conn, err)
+	return err
+}
+
+// callRaw forwards one request to an instance daemon and returns its reply line unparsed.
+func (d *Daemon) callRaw(sock, op string, args any) ([]byte, error) {
+	conn, err := d.pool.get(sock)
+	if err != nil {
+		return nil, err
+	}
+	line, err := conn.CallRaw(op, args)
+	d.pool.put(sock, conn, err)
+	return line, err
+}
