@@ -7,7 +7,7 @@ import (
 )
 
 // heavyForPID1 are libraries whose package initialisers cost PID 1 time on every boot and every
-// service start (init starts services through itself, see supervise.Trampoline): under TCG the
+// start of a service with an open-file limit (through init itself, see supervise.Trampoline): under TCG the
 // containerd cgroup library with protobuf, the BPF library, logrus and D-Bus ran before init's
 // first step and again before each service's exec (0.26 s of the daemon's start to ready in a
 // Kata boot). Init reaches cgroups through internal/cgroupfs instead.

@@ -1,8 +1,10 @@
 package supervise
 
 import (
+	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -261,5 +263,50 @@ func TestLogRotation(t *testing.T) {
 	cur, _ := os.Stat(path)
 	if old == nil || cur == nil || old.Size() != maxLog || cur.Size() != 10*int64(len(line)) {
 		t.Errorf("after rotation: %v and %v, want %d and %d bytes", old, cur, maxLog, 10*len(line))
+	}
+}
+
+// TestOOMScoreAdjInheritedWithoutTrampoline: a service with an oom_score_adj and no open-file limit
+// is forked with it (init's own value meanwhile), so its first command reads it; the trampoline,
+// configured here as a path that does not exist, is not involved.
+func TestOOMScoreAdjInheritedWithoutTrampoline(t *testing.T) {
+	dir := t.TempDir()
+	before, err := os.ReadFile(selfOOMScoreAdj)
+	if err != nil {
+		t.Fatal(err)
+	}
+	svc := sh("adj", manifest.RestartNever, "cat /proc/self/oom_score_adj")
+	svc.OOMScoreAdj = 500
+	_, rec := start(t, Config{LogDir: dir, Trampoline: "/nonexistent/allox-exec"}, svc)
+	rec.await(t, "adj done 0", 1)
+	if got, _ := os.ReadFile(filepath.Join(dir, "adj.log")); string(got) != "500\n" {
+		t.Errorf("the service's first output %q, want 500", got)
+	}
+	if after, _ := os.ReadFile(selfOOMScoreAdj); string(after) != string(before) {
+		t.Errorf("the supervisor's own oom_score_adj is %q after the start, was %q", after, before)
+	}
+}
+
+// TestOOMScoreAdjNotInheritedByOtherChildren attacks the window in which init's own oom_score_adj
+// is a service's: children forked meanwhile through the reaper (a boot step's tool, another
+// service) must never get it.
+func TestOOMScoreAdjNotInheritedByOtherChildren(t *testing.T) {
+	before, err := os.ReadFile(selfOOMScoreAdj)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := strings.TrimSpace(string(before))
+	svc := sh("adj", manifest.RestartAlways, "exit 0") // restarted again and again: many forks at 500
+	svc.OOMScoreAdj = 500
+	s, _ := start(t, Config{Backoff: Backoff{Min: time.Millisecond, Max: time.Millisecond, Reset: time.Hour}}, svc)
+	defer s.Stop()
+	for i := range 200 {
+		out, err := reaper.CombinedOutput(context.Background(), exec.Command("/bin/cat", "/proc/self/oom_score_adj"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := strings.TrimSpace(string(out)); got != want {
+			t.Fatalf("fork %d beside the service's starts got oom_score_adj %s, want init's own %s", i, got, want)
+		}
 	}
 }

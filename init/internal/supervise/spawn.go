@@ -1,7 +1,6 @@
 package supervise
 
 import (
-	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -40,12 +39,28 @@ func (v *service) spawn() (proc *os.Process, exit <-chan unix.WaitStatus, outDon
 		defer group.Close()
 		attr.Sys.UseCgroupFD, attr.Sys.CgroupFD = true, int(group.Fd())
 	}
+	// An oom_score_adj alone is inherited: the child is forked with init's own set to it (see
+	// inheritOOMScoreAdj), so it has it from its first instruction without the trampoline, whose
+	// start (init again, its Go runtime and package initialisers) cost 30-90 ms of a TCG boot's
+	// path to ready. Only an open-file limit needs the trampoline: Go's fork restores the soft
+	// limit init started with in every child, so the child cannot inherit one.
 	exe, argv := path, v.spec.Command
-	limited := v.spec.NoFile > 0 || v.spec.OOMScoreAdj != 0
-	if limited && v.sup.cfg.Trampoline != "" {
+	adj, trampoline := v.spec.OOMScoreAdj, v.spec.NoFile > 0 && v.sup.cfg.Trampoline != ""
+	if trampoline {
 		exe, argv = v.sup.cfg.Trampoline, trampolineArgv(&serviceLimits{v.spec.NoFile, v.spec.OOMScoreAdj}, path, v.spec.Command)
+		adj = 0 // the trampoline sets it
 	}
+	var restoreErr error
 	_, exit, err = v.sup.reaper.Start(func() (int, error) {
+		// The reaper's lock is held: no other child of init is forked while init's own
+		// oom_score_adj is the service's.
+		if adj != 0 {
+			restore, err := inheritOOMScoreAdj(adj)
+			if err != nil {
+				return 0, err
+			}
+			defer func() { restoreErr = restore() }()
+		}
 		p, err := os.StartProcess(exe, argv, attr)
 		if err != nil {
 			return 0, err
@@ -53,15 +68,41 @@ func (v *service) spawn() (proc *os.Process, exit <-chan unix.WaitStatus, outDon
 		proc = p
 		return p.Pid, nil
 	})
+	if restoreErr != nil {
+		v.emit(Event{Kind: Warning, Err: restoreErr})
+	}
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	if limited && v.sup.cfg.Trampoline == "" {
+	if v.spec.NoFile > 0 && !trampoline {
 		if err := v.limit(proc.Pid); err != nil {
 			v.emit(Event{Kind: Warning, PID: proc.Pid, Err: err})
 		}
 	}
 	return proc, exit, outDone, nil
+}
+
+// selfOOMScoreAdj is init's own oom_score_adj, which fork copies into every child.
+const selfOOMScoreAdj = "/proc/self/oom_score_adj"
+
+// inheritOOMScoreAdj sets init's own oom_score_adj to adj for a fork and returns the function
+// that puts the previous value back. Init itself is never chosen by the OOM killer whatever its
+// value, and the caller holds the reaper's lock, through which every child of init is started.
+func inheritOOMScoreAdj(adj int) (restore func() error, err error) {
+	b, err := os.ReadFile(selfOOMScoreAdj)
+	if err != nil {
+		return nil, fmt.Errorf("oom_score_adj %d: %w", adj, err)
+	}
+	prev := strings.TrimSpace(string(b))
+	if err := os.WriteFile(selfOOMScoreAdj, []byte(strconv.Itoa(adj)), 0); err != nil {
+		return nil, fmt.Errorf("oom_score_adj %d: %w", adj, err)
+	}
+	return func() error {
+		if err := os.WriteFile(selfOOMScoreAdj, []byte(prev), 0); err != nil {
+			return fmt.Errorf("init's own oom_score_adj stays %d after a service's start, not %s: %w", adj, prev, err)
+		}
+		return nil
+	}, nil
 }
 
 // cgroup opens the service's own cgroup, or returns nil (with a warning when one was configured).
@@ -86,22 +127,14 @@ func (v *service) cgroup() *os.File {
 	return f
 }
 
-// limit applies NoFile and OOMScoreAdj to the running process right after exec, when no
-// Trampoline is configured (a service may run a few instructions with the defaults first).
+// limit applies NoFile to the running process right after exec, when no Trampoline is
+// configured (a service may run a few instructions with the default limit first).
 func (v *service) limit(pid int) error {
-	var errs []error
-	if n := v.spec.NoFile; n > 0 {
-		if err := unix.Prlimit(pid, unix.RLIMIT_NOFILE, &unix.Rlimit{Cur: n, Max: n}, nil); err != nil {
-			errs = append(errs, fmt.Errorf("RLIMIT_NOFILE %d: %w", n, err))
-		}
+	n := v.spec.NoFile
+	if err := unix.Prlimit(pid, unix.RLIMIT_NOFILE, &unix.Rlimit{Cur: n, Max: n}, nil); err != nil {
+		return fmt.Errorf("RLIMIT_NOFILE %d: %w", n, err)
 	}
-	if adj := v.spec.OOMScoreAdj; adj != 0 {
-		file := fmt.Sprintf("/proc/%d/oom_score_adj", pid)
-		if err := os.WriteFile(file, []byte(strconv.Itoa(adj)), 0); err != nil {
-			errs = append(errs, fmt.Errorf("oom_score_adj %d: %w", adj, err))
-		}
-	}
-	return errors.Join(errs...)
+	return nil
 }
 
 // environ is base overlaid with env, as sorted KEY=value: nothing of init's own environment.

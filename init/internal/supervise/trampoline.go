@@ -9,9 +9,10 @@ import (
 )
 
 // TrampolineName is the argv[0] by which init, started again as a service's first process, gives
-// itself the service's RLIMIT_NOFILE and oom_score_adj and then execs the service: both survive
+// itself the service's RLIMIT_NOFILE (and oom_score_adj) and then execs the service: both survive
 // execve, so the service runs with them from its first instruction (set from outside after the
-// exec, a fast service could read or act on the defaults first).
+// exec, a fast service could read or act on the defaults first). Only a service with an
+// open-file limit starts through it; an oom_score_adj alone is inherited at the fork (spawn).
 const TrampolineName = "allox-exec"
 
 // trampolineArgv is the argv init is started with for s: TrampolineName, NOFILE, OOMSCOREADJ,
