@@ -72,16 +72,18 @@ func Lookup(name string) (CLI, error) {
 
 // codex exec runs one task to its end; the session's sandbox is the boundary, so codex's own
 // sandbox is off (it would nest bubblewrap inside bubblewrap) and it asks for no approvals.
-// With Task.Dialog it runs its interactive TUI instead (inline, no alternate screen), asking
-// before every command that is not known read-only (approval_policy "untrusted"): its prompt
-// "Would you like to run the following command?" is read off the screen and answered with the
-// keys of its approval keymap's defaults, y (approve) and Esc (decline).
+// With Task.Dialog it runs its interactive TUI instead (inline, no alternate screen) in its
+// read-only sandbox asking on request (codex 0.171.0 has dropped approval_policy "untrusted"):
+// a command that must leave the sandbox (sandbox_permissions "require_escalated") waits on its
+// prompt "Would you like to run the following command?", which the adapter reads off the screen
+// and answers with the keys of codex's approval keymap defaults, y (approve) and Esc (decline);
+// an approved command runs outside codex's sandbox, inside the session's.
 var codex = CLI{
 	Name: "codex", Binary: "/usr/bin/codex",
 	Argv: func(bin string, t Task) []string {
 		a := []string{bin, "exec", "--skip-git-repo-check", "-s", "danger-full-access"}
 		if t.Dialog {
-			a = []string{bin, "--no-alt-screen", "-s", "danger-full-access", "-c", `approval_policy="untrusted"`}
+			a = []string{bin, "--no-alt-screen", "-s", "read-only", "-a", "on-request"}
 		}
 		if t.Model != "" {
 			a = append(a, "-m", t.Model)

@@ -172,7 +172,7 @@ func TestScreenDialogOnlyWithDialogAndKeys(t *testing.T) {
 	if a.screenDialog(nil) == nil {
 		t.Error("codex with dialog: no screen dialog")
 	}
-	if argv := strings.Join(codex.Argv(codex.Binary, Task{Dialog: true, Prompt: "p"}), " "); !strings.Contains(argv, `approval_policy="untrusted"`) || strings.Contains(argv, " exec ") {
+	if argv := strings.Join(codex.Argv(codex.Binary, Task{Dialog: true, Prompt: "p"}), " "); !strings.Contains(argv, "-a on-request") || strings.Contains(argv, " exec ") {
 		t.Errorf("codex with dialog: argv %q, want the interactive TUI asking", argv)
 	}
 }
