@@ -21,7 +21,8 @@ import (
 // prompt is read off the screen, asked with the dialog client in the session's sandbox (`allox
 // dialog ask`, the appliance's dialog plugin), and the answer given on the host listener
 // (dialog.answer, what the Probe's Dialog Forwarder delivers from the Gateway) is typed as keys:
-// allowed, the command runs and the file is in the workspace; denied, it does not.
+// allowed, the command runs and the file is in the workspace; denied, it does not. Either way
+// the turn ends, the adapter leaves codex and the task is done.
 func TestCodexScreenApprovalInAppliance(t *testing.T) {
 	out := agentsAppliance(t)
 	_, port := serveModel(t, scriptedmodel.Script{Command: "echo made-by-the-agent > result.txt", Final: "The file is written.", Escalate: true})
@@ -70,14 +71,13 @@ func TestCodexScreenApprovalInAppliance(t *testing.T) {
 			if !tc.want {
 				mark = "You canceled the request"
 			}
-			deadline := time.Now().Add(vm.Scaled(2 * time.Minute))
-			for !strings.Contains(a.Screen(), mark) {
-				if time.Now().After(deadline) {
-					t.Fatalf("codex's screen never showed %q after the answer %s (%s):\n%s", mark, tc.choice, a.Reason(), a.Screen())
-				}
-				time.Sleep(200 * time.Millisecond)
+			waitDone(t, a) // the turn over, the adapter leaves codex (/quit): its run ends
+			if st, _, runs := a.State(); st != wire.AgentDone || len(runs) != 1 || !strings.Contains(a.Screen(), mark) {
+				t.Errorf("after the answer %s: adapter %s (%s), runs %v, want done with %q on the screen:\n%s", tc.choice, st, a.Reason(), runs, mark, a.Screen())
 			}
-			time.Sleep(vm.Scaled(3 * time.Second)) // an allowed command has run by now
+			if got := events.statuses(tc.session); !strings.Contains(got, wire.AgentApproval) || !strings.HasSuffix(got, wire.AgentDone) {
+				t.Errorf("the session's status events %q: want %s ... %s", got, wire.AgentApproval, wire.AgentDone)
+			}
 			got := runIn(t, client, tc.session, "/bin/cat", "result.txt")
 			if ran := strings.Contains(got, "made-by-the-agent"); ran != tc.want {
 				t.Errorf("answered %s: result.txt %q (the command ran: %v); screen:\n%s", tc.choice, got, ran, a.Screen())

@@ -214,6 +214,7 @@ func (a *Adapter) follow(ctx context.Context, t *term.Terminal) (code int, sig s
 	tick := time.NewTicker(a.cfg.Poll)
 	defer tick.Stop()
 	last, lastChange := uint64(0), time.Now()
+	quit := false
 	for {
 		select {
 		case <-t.Done():
@@ -229,6 +230,10 @@ func (a *Adapter) follow(ctx context.Context, t *term.Terminal) (code int, sig s
 			last, lastChange = end, time.Now()
 		}
 		onScreen := dlg != nil && dlg.step(ctx, screen)
+		if !onScreen && !quit && c.TurnDone != nil && a.cfg.Task.Dialog && c.TurnDone.MatchString(screen) {
+			quit = true // an interactive CLI's one task has ended: leave it, so its run ends
+			go typeKeys(ctx, t, c.Quit)
+		}
 		switch {
 		case a.cfg.Approvals != nil && a.cfg.Approvals() > 0:
 			a.set(wire.AgentApproval, "a permission request is open on the dialog channel")
@@ -241,6 +246,19 @@ func (a *Adapter) follow(ctx context.Context, t *term.Terminal) (code int, sig s
 		default:
 			a.set(wire.AgentWorking, "")
 		}
+	}
+}
+
+// typeKeys types each of keys on t, a moment apart (a TUI may read the next only after it has
+// drawn what the last one opened).
+func typeKeys(ctx context.Context, t *term.Terminal, keys [][]byte) {
+	for _, k := range keys {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(500 * time.Millisecond):
+		}
+		t.Write(k)
 	}
 }
 

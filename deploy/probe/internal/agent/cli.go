@@ -53,6 +53,10 @@ type CLI struct {
 	// Keys answer the screen's prompt for a CLI with no structured permission hook: with
 	// Task.Dialog the adapter asks the dialog what Approval matched and types the answer.
 	Keys *Keys
+	// TurnDone is the screen of an interactive CLI (Task.Dialog with Keys) whose task's turn
+	// has ended, and Quit the keys that then leave it (its run ends: done).
+	TurnDone *regexp.Regexp
+	Quit     [][]byte
 }
 
 // CLIs are the three adapters the seed names, by name.
@@ -99,6 +103,9 @@ var codex = CLI{
 	},
 	Approval: regexp.MustCompile(`(?i)would you like to run the following command\?|allow command\?|\[y/n\]`),
 	Keys:     &Keys{Allow: []byte("y"), Deny: []byte("\x1b")},
+	// The turn ends with its time worked, or interrupted by a declined command.
+	TurnDone: regexp.MustCompile(`Worked for \S+ •|Conversation interrupted - use /feedback`),
+	Quit:     [][]byte{[]byte("/quit"), []byte("\r")},
 }
 
 // claude -p runs one task to its end with tools allowed (the session's sandbox is the boundary);

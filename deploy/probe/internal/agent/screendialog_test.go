@@ -176,3 +176,31 @@ func TestScreenDialogOnlyWithDialogAndKeys(t *testing.T) {
 		t.Errorf("codex with dialog: argv %q, want the interactive TUI asking", argv)
 	}
 }
+
+// The turn over (codex's "Worked for … •"), the adapter types /quit and Enter: the CLI exits,
+// the task is done. A program that exits 3 on anything else stands in for codex.
+func TestTurnDoneLeavesTheCLI(t *testing.T) {
+	const prog = `stty raw -echo
+printf '\342\200\242 The file is written.\r\n  Worked for 1s \342\200\242 6:00 PM\r\n'
+line=""
+while k=$(dd bs=1 count=1 2>/dev/null); do
+  [ "$k" = "$(printf '\r')" ] && break
+  line="$line$k"
+done
+stty sane
+[ "$line" = /quit ] && exit 0
+exit 3
+`
+	tm, err := term.Start(term.Spec{Argv: []string{"/bin/sh", "-c", prog}, Env: []string{"PATH=/usr/bin:/bin"},
+		Cols: 120, Rows: 40, RingBytes: 1 << 16, ScrollbackLines: 100}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { tm.Signal(9) })
+	a := &Adapter{cfg: Config{CLI: CLIs["codex"], Task: Task{Dialog: true}, Poll: 20 * time.Millisecond, IdleAfter: time.Minute}, done: make(chan struct{})}
+	ctx, cancel := context.WithTimeout(t.Context(), 20*time.Second)
+	defer cancel()
+	if code, sig := a.follow(ctx, tm); code != 0 || sig != "" || ctx.Err() != nil {
+		t.Errorf("exit %d, signal %q, %v: want the CLI left with /quit (exit 0); screen:\n%s", code, sig, ctx.Err(), a.Screen())
+	}
+}
