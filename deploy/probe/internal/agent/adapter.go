@@ -208,6 +208,8 @@ func (a *Adapter) screenDialog(t *term.Terminal) *screenDialog {
 func (a *Adapter) follow(ctx context.Context, t *term.Terminal) (code int, sig string) {
 	c := a.cfg.CLI
 	dlg := a.screenDialog(t)
+	ctx, cancel := context.WithCancel(ctx) // a question still open when the run ends is withdrawn
+	defer cancel()
 	a.mu.Lock()
 	a.dialog = dlg
 	a.mu.Unlock()

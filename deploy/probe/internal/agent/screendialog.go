@@ -146,6 +146,8 @@ func askInSession(ctx context.Context, c Runner, agent, session, cli, prompt str
 		return "", fmt.Errorf("start the dialog client: %w", err)
 	}
 	defer x.Close()
+	stop := context.AfterFunc(ctx, func() { x.Close() }) // the CLI's run ended: the question is withdrawn
+	defer stop()
 	var stderr bytes.Buffer
 	copied := make(chan struct{})
 	go func() { io.Copy(&stderr, io.LimitReader(x.Stderr, 4096)); io.Copy(io.Discard, x.Stderr); close(copied) }()

@@ -204,3 +204,29 @@ exit 3
 		t.Errorf("exit %d, signal %q, %v: want the CLI left with /quit (exit 0); screen:\n%s", code, sig, ctx.Err(), a.Screen())
 	}
 }
+
+// A question still open when the CLI's run ends (killed, or gone by itself) is withdrawn: its
+// ask's context ends, so the dialog client's run is closed and nobody answers a dead prompt.
+func TestScreenPromptWithdrawnWhenTheRunEnds(t *testing.T) {
+	withdrawn := make(chan struct{})
+	ask := func(ctx context.Context, _ string) (string, error) {
+		<-ctx.Done()
+		close(withdrawn)
+		return "", ctx.Err()
+	}
+	tm, err := term.Start(term.Spec{Argv: []string{"/bin/sh", "-c", "printf 'Would you like to run the following command?\\r\\n'; sleep 1"},
+		Env: []string{"PATH=/usr/bin:/bin"}, Cols: 120, Rows: 40, RingBytes: 1 << 16, ScrollbackLines: 100}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := &Adapter{cfg: Config{CLI: CLIs["codex"], Task: Task{Dialog: true}, Ask: ask, Poll: 10 * time.Millisecond, IdleAfter: time.Minute}, done: make(chan struct{})}
+	a.follow(t.Context(), tm)
+	if a.ScreenPrompts() != 1 {
+		t.Fatalf("%d prompts asked, want 1", a.ScreenPrompts())
+	}
+	select {
+	case <-withdrawn:
+	case <-time.After(10 * time.Second):
+		t.Error("the question outlived the CLI's run")
+	}
+}
