@@ -25,6 +25,7 @@ devbox "agentbox" {
   session "allow" {}
   session "deny" {}
   session "kill" {}
+  session "codex" {}
 }
 `
 
@@ -37,11 +38,13 @@ devbox "agentbox" {
 // ... allow` runs it (the file appears in the session's workspace) and the task is done. In
 // another session the answer deny keeps the command from running and the task still ends. In a
 // third, the CLI's run killed while its hook waits is restarted within the Probe's self-heal
-// bounds (reported in the audit), asks again, and finishes once allowed. The
+// bounds (reported in the audit), asks again, and finishes once allowed. codex, with no hook
+// the adapter uses, asks in its TUI; the prompt read off its screen takes the same path (`allox
+// dialog ask` in the session) and the answer allow is typed as y: the file appears. The
 // prompts and the key are nowhere in the etcd data, the audit or the processes' logs.
 func TestAgentTaskFromGateway(t *testing.T) {
 	out := agentsAppliance(t)
-	model, port := serveModel(t, scriptedmodel.Script{Command: "echo approved-by-dialog > result.txt", Final: "Done."})
+	model, port := serveModel(t, scriptedmodel.Script{Command: "echo approved-by-dialog > result.txt", Final: "Done.", Escalate: true})
 
 	f := newFleet(t)
 	gwURL, _, gw := f.gateway("a", "", "--renew-every", "1s", "--stop-after", "8s", "--lost-after", "12s")
@@ -62,18 +65,22 @@ func TestAgentTaskFromGateway(t *testing.T) {
 	waitLong(t, "agentbox running under QEMU", time.Minute, func() bool {
 		st := getDevBox(t, a, "agentbox")
 		return st.Observed != nil && st.Observed.Phase == wire.PhaseRunning && st.Observed.Sessions["allow"] == wire.PhaseRunning &&
-			st.Observed.Sessions["deny"] == wire.PhaseRunning && st.Observed.Sessions["kill"] == wire.PhaseRunning
+			st.Observed.Sessions["deny"] == wire.PhaseRunning && st.Observed.Sessions["kill"] == wire.PhaseRunning &&
+			st.Observed.Sessions["codex"] == wire.PhaseRunning
 	})
 	client := qemuRPC(t, state, "agentbox")
 
 	var prompts []string
-	// waitAsked waits for the session's hook request (not the one with id except).
+	// waitAsked waits for the session's permission request (not the one with id except): Claude
+	// Code's hook, or codex's prompt read off its screen.
 	waitAsked := func(session, except string) wire.DialogItem {
 		var it wire.DialogItem
 		waitLong(t, session+": the hook's permission request listed", time.Minute, func() bool {
 			for _, i := range dialogItems(t, f, gwURL, false) {
 				if i.Session == session && i.RequestID != except && i.Content != nil &&
-					strings.Contains(i.Content.Prompt, "Claude Code wants to use Bash: echo approved-by-dialog") {
+					(strings.Contains(i.Content.Prompt, "Claude Code wants to use Bash: echo approved-by-dialog") ||
+						strings.Contains(i.Content.Prompt, "Would you like to run the following command?") &&
+							strings.Contains(i.Content.Prompt, "$ echo approved-by-dialog > result.txt")) {
 					it = i
 					return true
 				}
@@ -82,11 +89,11 @@ func TestAgentTaskFromGateway(t *testing.T) {
 		})
 		return it
 	}
-	task := func(session, answer string, kill bool) (intent string) {
+	task := func(cli, session, answer string, kill bool) (intent string) {
 		prompt := marker(t, "task-prompt")
 		prompts = append(prompts, prompt)
 		cmd := exec.Command(bins(t)["gateway"], "task", "--gateway", gwURL, "--pki", f.pki, "--devbox", "agentbox", "--session", session,
-			"--cli", "claude_code", "--model-url", fmt.Sprintf("http://%s:%d", vm.GuestFwdAddr, modelPort), "--model", "scripted",
+			"--cli", cli, "--model-url", fmt.Sprintf("http://%s:%d", vm.GuestFwdAddr, modelPort), "--model", "scripted",
 			"--api-key-ref", "scripted", "-")
 		cmd.Stdin = strings.NewReader(prompt)
 		o, err := cmd.CombinedOutput()
@@ -140,24 +147,30 @@ func TestAgentTaskFromGateway(t *testing.T) {
 	}
 
 	t.Run("allowed", func(t *testing.T) {
-		task("allow", "allow", false)
+		task("claude_code", "allow", "allow", false)
 		if got := runIn(t, client, "allow", "/bin/cat", "result.txt"); !strings.Contains(got, "approved-by-dialog") {
 			t.Errorf("result.txt after the approval: %q; the model saw %+v", got, model.Requests())
 		}
 	})
 	t.Run("denied", func(t *testing.T) {
-		task("deny", "deny", false)
+		task("claude_code", "deny", "deny", false)
 		if got := runIn(t, client, "deny", "/bin/cat", "result.txt"); strings.Contains(got, "approved-by-dialog") {
 			t.Errorf("the denied command ran: result.txt %q", got)
 		}
 	})
 	t.Run("killed while it waits", func(t *testing.T) {
-		task("kill", "allow", true)
+		task("claude_code", "kill", "allow", true)
 		if got := runIn(t, client, "kill", "/bin/cat", "result.txt"); !strings.Contains(got, "approved-by-dialog") {
 			t.Errorf("result.txt after the restart and the approval: %q", got)
 		}
 		if ag := agentOf(t, a, "agentbox", "allow"); ag.Status != wire.AgentDone {
 			t.Errorf("another session's agent after the kill: %+v, want still done", ag)
+		}
+	})
+	t.Run("codex allowed through its screen", func(t *testing.T) {
+		task("codex", "codex", "allow", false)
+		if got := runIn(t, client, "codex", "/bin/cat", "result.txt"); !strings.Contains(got, "approved-by-dialog") {
+			t.Errorf("codex's result.txt after the approval: %q", got)
 		}
 	})
 	audit := runGatewayCLI(t, f, gwURL, "audit", "--limit", "1000")

@@ -44,6 +44,10 @@ type Config struct {
 	// Approvals counts the permission requests of the session open on the dialog channel (the
 	// Probe's Dialog Forwarder): while one is, the CLI waits for approval. nil: none are seen.
 	Approvals func() int
+	// Ask asks a permission prompt read off the CLI's screen (a CLI with Keys and Task.Dialog)
+	// and returns "allow" or "deny"; nil: the dialog client in the session's sandbox
+	// (askInSession), so the question takes the dialog channel's own path.
+	Ask func(ctx context.Context, prompt string) (string, error)
 	// Admit is asked before each restart: an error (the Probe lost the task's epoch, or fenced
 	// the session) ends the adapter failed instead. nil: always admitted.
 	Admit func() error
@@ -63,6 +67,7 @@ type Adapter struct {
 	runs     []string // run ids, one per start
 	screen   string   // the last screen read, for tests and the dialog's fallback
 	reason   string   // why the status is what it is
+	dialog   *screenDialog
 }
 
 // Start launches the adapter; it runs until the task is done or failed, or ctx ends.
@@ -178,24 +183,64 @@ func (a *Adapter) once(ctx context.Context) (code int, sig string, err error) {
 	a.set(wire.AgentWorking, "run "+x.Run.RunID+" started")
 	stop := context.AfterFunc(ctx, func() { x.Close() })
 	defer stop()
+	code, sig = a.follow(ctx, t)
+	return code, sig, nil
+}
+
+// screenDialog is the dialog of the prompts on the CLI's screen, nil when its approvals take
+// another path (a structured hook) or none.
+func (a *Adapter) screenDialog(t *term.Terminal) *screenDialog {
+	c := a.cfg.CLI
+	if !a.cfg.Task.Dialog || c.Keys == nil || c.Approval == nil {
+		return nil
+	}
+	ask := a.cfg.Ask
+	if ask == nil {
+		ask = func(ctx context.Context, prompt string) (string, error) {
+			return askInSession(ctx, a.cfg.Client, a.cfg.Agent, a.cfg.Session, c.Name, prompt)
+		}
+	}
+	return &screenDialog{cli: c, ask: ask, send: func(b []byte) error { _, err := t.Write(b); return err },
+		note: func(reason string) { a.mu.Lock(); a.reason = reason; a.mu.Unlock() }}
+}
+
+// follow reports the status of the CLI on t until it exits: its exit code and signal.
+func (a *Adapter) follow(ctx context.Context, t *term.Terminal) (code int, sig string) {
+	c := a.cfg.CLI
+	dlg := a.screenDialog(t)
+	ctx, cancel := context.WithCancel(ctx) // a question still open when the run ends is withdrawn
+	defer cancel()
+	a.mu.Lock()
+	a.dialog = dlg
+	a.mu.Unlock()
 	tick := time.NewTicker(a.cfg.Poll)
 	defer tick.Stop()
 	last, lastChange := uint64(0), time.Now()
+	quit := false
 	for {
 		select {
 		case <-t.Done():
 			a.readScreen(t)
 			st := t.Status()
-			return st.ExitCode, st.Signal, nil
+			return st.ExitCode, st.Signal
+		case <-ctx.Done():
+			return 0, ""
 		case <-tick.C:
 		}
 		screen := a.readScreen(t)
 		if end := t.Ring().End(); end != last {
 			last, lastChange = end, time.Now()
 		}
+		onScreen := dlg != nil && dlg.step(ctx, screen)
+		if !onScreen && !quit && c.TurnDone != nil && a.cfg.Task.Dialog && c.TurnDone.MatchString(screen) {
+			quit = true // an interactive CLI's one task has ended: leave it, so its run ends
+			go typeKeys(ctx, t, c.Quit)
+		}
 		switch {
 		case a.cfg.Approvals != nil && a.cfg.Approvals() > 0:
 			a.set(wire.AgentApproval, "a permission request is open on the dialog channel")
+		case onScreen:
+			a.set(wire.AgentApproval, dlg.reason())
 		case c.Approval != nil && c.Approval.MatchString(screen):
 			a.set(wire.AgentApproval, "a permission prompt is on the screen")
 		case time.Since(lastChange) > a.cfg.IdleAfter:
@@ -204,6 +249,30 @@ func (a *Adapter) once(ctx context.Context) (code int, sig string, err error) {
 			a.set(wire.AgentWorking, "")
 		}
 	}
+}
+
+// typeKeys types each of keys on t, a moment apart (a TUI may read the next only after it has
+// drawn what the last one opened).
+func typeKeys(ctx context.Context, t *term.Terminal, keys [][]byte) {
+	for _, k := range keys {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(500 * time.Millisecond):
+		}
+		t.Write(k)
+	}
+}
+
+// ScreenPrompts is how many permission prompts read off the CLI's screen went to the dialog.
+func (a *Adapter) ScreenPrompts() int {
+	a.mu.Lock()
+	d := a.dialog
+	a.mu.Unlock()
+	if d == nil {
+		return 0
+	}
+	return d.Asked()
 }
 
 func (a *Adapter) readScreen(t *term.Terminal) string {

@@ -23,7 +23,9 @@ type Task struct {
 	// Model is the model name asked for; "" is the CLI's default.
 	Model string
 	// Dialog sends the CLI's permission requests through the dialog channel: claude_code gets a
-	// PreToolUse hook that asks `allox dialog hook claude-code` (nobody answering denies).
+	// PreToolUse hook that asks `allox dialog hook claude-code` (nobody answering denies);
+	// codex runs its interactive TUI asking before each command that is not read-only, and the
+	// adapter asks the dialog what its screen shows and answers with keys (CLI.Keys).
 	Dialog bool
 }
 
@@ -48,6 +50,13 @@ type CLI struct {
 	Argv     func(bin string, t Task) []string
 	Env      func(t Task) map[string]string
 	Approval *regexp.Regexp // a permission prompt on the screen
+	// Keys answer the screen's prompt for a CLI with no structured permission hook: with
+	// Task.Dialog the adapter asks the dialog what Approval matched and types the answer.
+	Keys *Keys
+	// TurnDone is the screen of an interactive CLI (Task.Dialog with Keys) whose task's turn
+	// has ended, and Quit the keys that then leave it (its run ends: done).
+	TurnDone *regexp.Regexp
+	Quit     [][]byte
 }
 
 // CLIs are the three adapters the seed names, by name.
@@ -67,10 +76,19 @@ func Lookup(name string) (CLI, error) {
 
 // codex exec runs one task to its end; the session's sandbox is the boundary, so codex's own
 // sandbox is off (it would nest bubblewrap inside bubblewrap) and it asks for no approvals.
+// With Task.Dialog it runs its interactive TUI instead (inline, no alternate screen) in its
+// read-only sandbox asking on request (codex 0.171.0 has dropped approval_policy "untrusted"):
+// a command that must leave the sandbox (sandbox_permissions "require_escalated") waits on its
+// prompt "Would you like to run the following command?", which the adapter reads off the screen
+// and answers with the keys of codex's approval keymap defaults, y (approve) and Esc (decline);
+// an approved command runs outside codex's sandbox, inside the session's.
 var codex = CLI{
 	Name: "codex", Binary: "/usr/bin/codex",
 	Argv: func(bin string, t Task) []string {
 		a := []string{bin, "exec", "--skip-git-repo-check", "-s", "danger-full-access"}
+		if t.Dialog {
+			a = []string{bin, "--no-alt-screen", "-s", "read-only", "-a", "on-request"}
+		}
 		if t.Model != "" {
 			a = append(a, "-m", t.Model)
 		}
@@ -83,7 +101,11 @@ var codex = CLI{
 	Env: func(t Task) map[string]string {
 		return map[string]string{"OPENAI_API_KEY": t.APIKey, "SHELL": "/bin/sh"}
 	},
-	Approval: regexp.MustCompile(`(?i)allow command\?|approve|\[y/n\]`),
+	Approval: regexp.MustCompile(`(?i)would you like to run the following command\?|allow command\?|\[y/n\]`),
+	Keys:     &Keys{Allow: []byte("y"), Deny: []byte("\x1b")},
+	// The turn ends with its time worked, or interrupted by a declined command.
+	TurnDone: regexp.MustCompile(`Worked for \S+ •|Conversation interrupted - use /feedback`),
+	Quit:     [][]byte{[]byte("/quit"), []byte("\r")},
 }
 
 // claude -p runs one task to its end with tools allowed (the session's sandbox is the boundary);

@@ -3,6 +3,7 @@ package agent
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"os"
@@ -116,5 +117,24 @@ func TestHostKeyRefusals(t *testing.T) {
 				t.Error("a refused start left an adapter")
 			}
 		})
+	}
+}
+
+// Dialog approval is served for claude_code (its hook) and codex (its screen), refused for
+// opencode, which has neither, naming the approval.
+func TestHostDialogApprovalPerCLI(t *testing.T) {
+	sb := newHangingSandbox(t)
+	dir, _ := keyDir(t, 0o600)
+	h := &Host{Keys: dir, Prompt: func(context.Context, int64, string) (string, error) { return "p", nil }}
+	for i, cli := range []string{"codex", "opencode"} {
+		st := start(fmt.Sprint("task-", i), "s-"+cli, sb)
+		st.Task.CLI = cli
+		_, err := h.StartTask(t.Context(), st)
+		switch {
+		case cli == "codex" && err != nil:
+			t.Errorf("codex with dialog approval: %v", err)
+		case cli == "opencode" && (err == nil || !strings.Contains(err.Error(), `approval "dialog"`)):
+			t.Errorf("opencode with dialog approval: %v, want refused naming the approval", err)
+		}
 	}
 }

@@ -17,6 +17,10 @@ import (
 type Script struct {
 	Command string // the shell command the model asks to run
 	Final   string // the answer after the command's result came back
+	// Escalate asks to run Command outside the CLI's own sandbox where its tool offers that
+	// (codex's sandbox_permissions "require_escalated"), which a CLI asking on request asks
+	// its user about.
+	Escalate bool
 }
 
 // Server is the endpoint; mount it with http.Server or httptest.
@@ -96,6 +100,12 @@ func (s *Server) shellTool(tools []tool) (name string, args string) {
 			}
 			if props["timeout"] != nil && props["yield_time_ms"] == nil {
 				a["timeout"] = 120000
+			}
+			if s.script.Escalate && props["sandbox_permissions"] != nil {
+				a["sandbox_permissions"] = "require_escalated"
+				if props["justification"] != nil {
+					a["justification"] = "the task writes a file in the workspace"
+				}
 			}
 			if props["description"] != nil {
 				a["description"] = "run the scripted command"
