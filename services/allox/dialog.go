@@ -79,30 +79,37 @@ func askDialog(ctx context.Context, c *caller, params map[string]any) (dialogAns
 	return a, nil
 }
 
-// dialogHook is "allox dialog hook claude-code [--default allow|deny|ask] [--timeout S]": Claude
-// Code's PreToolUse hook. It reads the hook's JSON on stdin, asks for permission to use the tool,
-// and writes the decision as the hook's JSON output. The default "ask" leaves the decision to
-// Claude Code's own prompt in its terminal when nobody answers in time; when the dialog cannot
-// be asked at all it also says "ask", so the agent is never blocked or waved through by a fault
-// here.
+// hookUsage is dialog hook's usage line.
+const hookUsage = "use: allox dialog hook claude-code|codex [--default allow|deny|ask] [--timeout S] (Claude Code's PreToolUse or codex's PermissionRequest hook command)"
+
+// hookInput is what Claude Code's and codex's hooks get on stdin (the fields used here).
+type hookInput struct {
+	Event     string          `json:"hook_event_name"`
+	Tool      string          `json:"tool_name"`
+	ToolInput json.RawMessage `json:"tool_input"`
+}
+
+// dialogHook is "allox dialog hook claude-code|codex [--default D] [--timeout S]": Claude Code's
+// PreToolUse hook or codex's PermissionRequest hook. It reads the hook's JSON on stdin, asks for
+// permission to use the tool, and writes the decision as the hook's JSON output.
 func dialogHook(ctx context.Context, c *caller, args []string, stdin io.Reader) error {
-	if len(args) == 0 || args[0] != "claude-code" {
-		return usagef("use: allox dialog hook claude-code [--default allow|deny|ask] [--timeout S] (Claude Code's PreToolUse hook command)")
+	if len(args) == 0 || (args[0] != "claude-code" && args[0] != "codex") {
+		return usagef("%s", hookUsage)
 	}
-	fs := flag.NewFlagSet("allox dialog hook claude-code", flag.ContinueOnError)
+	flavor := args[0]
+	fs := flag.NewFlagSet("allox dialog hook "+flavor, flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
-	def := fs.String("default", "ask", "the decision when nobody answers in time")
+	def := fs.String("default", map[string]string{"claude-code": "ask", "codex": "deny"}[flavor], "the decision when nobody answers in time")
 	timeout := fs.Float64("timeout", 0, "seconds to wait (0: the daemon's default)")
 	if err := fs.Parse(args[1:]); err != nil || fs.NArg() != 0 {
-		return usagef("use: allox dialog hook claude-code [--default allow|deny|ask] [--timeout S] (%v)", err)
+		return usagef("%s (%v)", hookUsage, err)
 	}
-	var in struct {
-		Event     string          `json:"hook_event_name"`
-		Tool      string          `json:"tool_name"`
-		ToolInput json.RawMessage `json:"tool_input"`
-	}
+	var in hookInput
 	if err := json.NewDecoder(io.LimitReader(stdin, rpc.MaxRequestBytes)).Decode(&in); err != nil {
-		return fmt.Errorf("dialog hook claude-code: the hook's input on stdin is not JSON: %w", err)
+		return fmt.Errorf("dialog hook %s: the hook's input on stdin is not JSON: %w", flavor, err)
+	}
+	if flavor == "codex" {
+		return codexHook(ctx, c, in, *def, *timeout)
 	}
 	if in.Event != "PreToolUse" {
 		return fmt.Errorf("dialog hook claude-code: hook event %q: install it as a PreToolUse hook", in.Event)
@@ -122,6 +129,36 @@ func dialogHook(ctx context.Context, c *caller, args []string, stdin io.Reader) 
 	out := map[string]any{"hookSpecificOutput": map[string]any{"hookEventName": "PreToolUse",
 		"permissionDecision": decision, "permissionDecisionReason": reason}}
 	return json.NewEncoder(c.stdout).Encode(out)
+}
+
+// codexHook answers codex's PermissionRequest hook (codex 0.171.0: the request on stdin as
+// {hook_event_name, tool_name, tool_input, ...}; the answer {"hookSpecificOutput":
+// {"hookEventName":"PermissionRequest","decision":{"behavior":"allow"|"deny","message":M}}}).
+// Its decisions are allow and deny only; a dialog that cannot be asked answers with no decision,
+// and codex then shows its own approval prompt on its terminal (the fallback the adapter reads
+// off the screen).
+func codexHook(ctx context.Context, c *caller, in hookInput, def string, timeout float64) error {
+	if in.Event != "PermissionRequest" {
+		return fmt.Errorf("dialog hook codex: hook event %q: install it as a PermissionRequest hook", in.Event)
+	}
+	if def != "allow" && def != "deny" {
+		return usagef("dialog hook codex: --default %q: use allow or deny (codex's hook decides nothing else)", def)
+	}
+	prompt := fmt.Sprintf("codex wants to use %s: %s", in.Tool, summarize(in.ToolInput))
+	a, err := askDialog(ctx, c, map[string]any{"kind": "permission", "prompt": prompt, "options": []string{"allow", "deny"},
+		"default": def, "timeout": timeout, "source": "codex PermissionRequest"})
+	hso := map[string]any{"hookEventName": "PermissionRequest"}
+	switch {
+	case err != nil:
+		fmt.Fprintf(c.stderr, "dialog hook codex: the dialog could not be asked (%s): codex asks in its terminal\n", oneLine(err.Error()))
+	case a.Choice == "allow" || a.Choice == "deny":
+		msg := "answered by " + a.By + " through the dialog"
+		if a.Outcome == "timeout" {
+			msg = "nobody answered in time: the hook's default"
+		}
+		hso["decision"] = map[string]any{"behavior": a.Choice, "message": msg}
+	}
+	return json.NewEncoder(c.stdout).Encode(map[string]any{"hookSpecificOutput": hso})
 }
 
 // summarize is a tool input on one line, at most 2 KiB: a command, a path, or the JSON.

@@ -157,6 +157,44 @@ func TestDialogClaudeCodeHook(t *testing.T) {
 	}
 }
 
+// codex's PermissionRequest hook: the request goes up as the prompt, the answer comes back as
+// the hook's decision; nobody answering takes its default, deny.
+func TestDialogCodexHook(t *testing.T) {
+	loop, host, root := dialogDaemon(t)
+	must(t, os.WriteFile(filepath.Join(root, "agents/a/workspace/sessions/s/current/hook.json"),
+		[]byte(`{"hook_event_name":"PermissionRequest","tool_name":"Bash","model":"m","cwd":"/w","session_id":"x","turn_id":"y",`+
+			`"permission_mode":"default","transcript_path":null,"tool_input":{"command":"touch made","description":"d"}}`), 0o644))
+	type decision struct {
+		HookSpecificOutput struct {
+			HookEventName string
+			Decision      *struct{ Behavior, Message string }
+		}
+	}
+	decode := func(out string) decision {
+		var d decision
+		if err := json.Unmarshal([]byte(out), &d); err != nil || d.HookSpecificOutput.HookEventName != "PermissionRequest" || d.HookSpecificOutput.Decision == nil {
+			t.Fatalf("hook output %q (%v)", out, err)
+		}
+		return d
+	}
+	r := startRun(t, loop, `/run/allox/bin/allox dialog hook codex --timeout 60 <hook.json`)
+	q := nextQuestion(t, host)
+	if q.Prompt != "codex wants to use Bash: touch made" {
+		t.Fatalf("prompt %q", q.Prompt)
+	}
+	must(t, host.Call(context.Background(), "dialog.answer", map[string]any{"request_id": q.RequestID, "choice": "allow", "by": "alice"}, nil))
+	out, _ := waitOutput(t, loop, r)
+	if d := decode(out); d.HookSpecificOutput.Decision.Behavior != "allow" || !strings.Contains(d.HookSpecificOutput.Decision.Message, "alice") {
+		t.Fatalf("answered allow: hook output %q", out)
+	}
+	r = startRun(t, loop, `/run/allox/bin/allox dialog hook codex --timeout 1 <hook.json`)
+	out, _ = waitOutput(t, loop, r)
+	if d := decode(out); d.HookSpecificOutput.Decision.Behavior != "deny" {
+		t.Fatalf("nobody answering: hook output %q, want the default deny", out)
+	}
+	assertNowhere(t, filepath.Join(root, ".allox-state"), "touch made")
+}
+
 // Attack: an agent answers its own question — on the guest's loopback listener and on its
 // session's socket. Only the host listener answers.
 func TestAttackDialogSelfApproval(t *testing.T) {
