@@ -24,9 +24,13 @@ type Task struct {
 	Model string
 	// Dialog sends the CLI's permission requests through the dialog channel: claude_code gets a
 	// PreToolUse hook that asks `allox dialog hook claude-code` (nobody answering denies);
-	// codex runs its interactive TUI asking before each command that is not read-only, and the
-	// adapter asks the dialog what its screen shows and answers with keys (CLI.Keys).
+	// codex runs its interactive TUI asking on request, with a PermissionRequest hook that asks
+	// `allox dialog hook codex` (nobody answering denies); a prompt it shows anyway goes to the
+	// dialog off its screen and is answered with keys (CLI.Keys).
 	Dialog bool
+	// ScreenApproval (with Dialog) answers codex's approval prompts off its screen alone, without
+	// its PermissionRequest hook: the fallback path on its own.
+	ScreenApproval bool
 }
 
 // HookCommand is Claude Code's PreToolUse hook command with Task.Dialog: the in-sandbox client
@@ -40,6 +44,16 @@ func claudeSettings() string {
 	b, _ := json.Marshal(map[string]any{"hooks": map[string]any{"PreToolUse": []any{map[string]any{"matcher": "*",
 		"hooks": []any{map[string]any{"type": "command", "command": HookCommand, "timeout": 330}}}}}})
 	return string(b)
+}
+
+// CodexHookCommand is codex's PermissionRequest hook command with Task.Dialog: the in-sandbox
+// client asks the session's dialog; nobody answering denies.
+const CodexHookCommand = "/run/allox/bin/allox dialog hook codex --default deny --timeout 300"
+
+// codexHooks is the -c override that installs CodexHookCommand for every tool ("*"), with a
+// timeout above the dialog's own (codex's hook default is shorter than a person's answer).
+func codexHooks() string {
+	return fmt.Sprintf(`hooks.PermissionRequest=[{matcher="*",hooks=[{type="command",command=%q,timeout=330}]}]`, CodexHookCommand)
 }
 
 // CLI is how one agent's CLI is started with a task and how its screen shows it waits for an
@@ -77,17 +91,25 @@ func Lookup(name string) (CLI, error) {
 // codex exec runs one task to its end; the session's sandbox is the boundary, so codex's own
 // sandbox is off (it would nest bubblewrap inside bubblewrap) and it asks for no approvals.
 // With Task.Dialog it runs its interactive TUI instead (inline, no alternate screen) in its
-// read-only sandbox asking on request (codex 0.171.0 has dropped approval_policy "untrusted"):
-// a command that must leave the sandbox (sandbox_permissions "require_escalated") waits on its
-// prompt "Would you like to run the following command?", which the adapter reads off the screen
-// and answers with the keys of codex's approval keymap defaults, y (approve) and Esc (decline);
-// an approved command runs outside codex's sandbox, inside the session's.
+// read-only sandbox asking on request (codex 0.171.0 has dropped approval_policy "untrusted";
+// codex exec always runs with approval "never", so no request of its ever reaches a hook): a
+// command that must leave the sandbox (sandbox_permissions "require_escalated") asks for
+// approval. That request goes to codex's PermissionRequest hook (CodexHookCommand, configured
+// for the run with -c; the hook is ours, so --dangerously-bypass-hook-trust skips codex's
+// review of hooks it has not seen). A hook that gives no decision (the dialog cannot be asked),
+// or Task.ScreenApproval, leaves the request to codex's prompt "Would you like to run the
+// following command?", which the adapter reads off the screen and answers with the keys of
+// codex's approval keymap defaults, y (approve) and Esc (decline); an approved command runs
+// outside codex's sandbox, inside the session's.
 var codex = CLI{
 	Name: "codex", Binary: "/usr/bin/codex",
 	Argv: func(bin string, t Task) []string {
 		a := []string{bin, "exec", "--skip-git-repo-check", "-s", "danger-full-access"}
 		if t.Dialog {
 			a = []string{bin, "--no-alt-screen", "-s", "read-only", "-a", "on-request"}
+			if !t.ScreenApproval {
+				a = append(a, "--dangerously-bypass-hook-trust", "-c", codexHooks())
+			}
 		}
 		if t.Model != "" {
 			a = append(a, "-m", t.Model)

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -174,6 +175,28 @@ func TestScreenDialogOnlyWithDialogAndKeys(t *testing.T) {
 	}
 	if argv := strings.Join(codex.Argv(codex.Binary, Task{Dialog: true, Prompt: "p"}), " "); !strings.Contains(argv, "-a on-request") || strings.Contains(argv, " exec ") {
 		t.Errorf("codex with dialog: argv %q, want the interactive TUI asking", argv)
+	}
+}
+
+// codex with dialog gets its PermissionRequest hook for the run (the in-sandbox dialog client,
+// denying on timeout); with ScreenApproval it gets none and its prompts are read off the screen.
+func TestCodexDialogHookArgv(t *testing.T) {
+	argv := codex.Argv(codex.Binary, Task{Dialog: true, Prompt: "p"})
+	joined := strings.Join(argv, " ")
+	if !strings.Contains(joined, "--dangerously-bypass-hook-trust") || !slices.Contains(argv, codexHooks()) ||
+		!strings.Contains(codexHooks(), `command="/run/allox/bin/allox dialog hook codex --default deny --timeout 300"`) ||
+		!strings.HasPrefix(codexHooks(), `hooks.PermissionRequest=[{matcher="*",`) {
+		t.Errorf("codex with dialog: argv %q, want its PermissionRequest hook asking the dialog", joined)
+	}
+	if argv[len(argv)-1] != "p" {
+		t.Errorf("codex with dialog: argv %q, want the prompt last", joined)
+	}
+	screen := strings.Join(codex.Argv(codex.Binary, Task{Dialog: true, ScreenApproval: true, Prompt: "p"}), " ")
+	if strings.Contains(screen, "hooks.") || strings.Contains(screen, "hook-trust") || !strings.Contains(screen, "-a on-request") {
+		t.Errorf("codex with screen approval: argv %q, want no hook, asking on request", screen)
+	}
+	if plain := strings.Join(codex.Argv(codex.Binary, Task{Prompt: "p"}), " "); strings.Contains(plain, "hook") {
+		t.Errorf("codex without dialog: argv %q, want no hook", plain)
 	}
 }
 
