@@ -38,10 +38,10 @@ devbox "agentbox" {
 // ... allow` runs it (the file appears in the session's workspace) and the task is done. In
 // another session the answer deny keeps the command from running and the task still ends. In a
 // third, the CLI's run killed while its hook waits is restarted within the Probe's self-heal
-// bounds (reported in the audit), asks again, and finishes once allowed. codex, with no hook
-// the adapter uses, asks in its TUI; the prompt read off its screen takes the same path (`allox
-// dialog ask` in the session) and the answer allow is typed as y: the file appears. The
-// prompts and the key are nowhere in the etcd data, the audit or the processes' logs.
+// bounds (reported in the audit), asks again, and finishes once allowed. codex, in its TUI,
+// asks through its PermissionRequest hook (`allox dialog hook codex` in the session) on the same
+// path, and the answer allow is its decision: the file appears. The prompts and the key are
+// nowhere in the etcd data, the audit or the processes' logs.
 func TestAgentTaskFromGateway(t *testing.T) {
 	out := agentsAppliance(t)
 	model, port := serveModel(t, scriptedmodel.Script{Command: "echo approved-by-dialog > result.txt", Final: "Done.", Escalate: true})
@@ -72,15 +72,14 @@ func TestAgentTaskFromGateway(t *testing.T) {
 
 	var prompts []string
 	// waitAsked waits for the session's permission request (not the one with id except): Claude
-	// Code's hook, or codex's prompt read off its screen.
+	// Code's hook, or codex's.
 	waitAsked := func(session, except string) wire.DialogItem {
 		var it wire.DialogItem
 		waitLong(t, session+": the hook's permission request listed", time.Minute, func() bool {
 			for _, i := range dialogItems(t, f, gwURL, false) {
 				if i.Session == session && i.RequestID != except && i.Content != nil &&
 					(strings.Contains(i.Content.Prompt, "Claude Code wants to use Bash: echo approved-by-dialog") ||
-						strings.Contains(i.Content.Prompt, "Would you like to run the following command?") &&
-							strings.Contains(i.Content.Prompt, "$ echo approved-by-dialog > result.txt")) {
+						strings.Contains(i.Content.Prompt, "codex wants to use Bash: echo approved-by-dialog > result.txt")) {
 					it = i
 					return true
 				}
@@ -167,7 +166,7 @@ func TestAgentTaskFromGateway(t *testing.T) {
 			t.Errorf("another session's agent after the kill: %+v, want still done", ag)
 		}
 	})
-	t.Run("codex allowed through its screen", func(t *testing.T) {
+	t.Run("codex allowed through its hook", func(t *testing.T) {
 		task("codex", "codex", "allow", false)
 		if got := runIn(t, client, "codex", "/bin/cat", "result.txt"); !strings.Contains(got, "approved-by-dialog") {
 			t.Errorf("codex's result.txt after the approval: %q", got)

@@ -195,6 +195,26 @@ func TestDialogCodexHook(t *testing.T) {
 	assertNowhere(t, filepath.Join(root, ".allox-state"), "touch made")
 }
 
+// codex's hook with no dialog to ask (the plugin not enabled): no decision, so codex falls back
+// to its own prompt on its terminal; neither allowed nor denied by a fault here.
+func TestDialogCodexHookWithoutDialog(t *testing.T) {
+	bin, err := builtDialog()
+	must(t, err)
+	root := btrfsRoot(t)
+	loop, _, _ := hostDaemon(t, bin, root)
+	mustPost(t, loop, `{"action":"agent.create","params":{"agent_id":"a"}}`)
+	mustPost(t, loop, `{"action":"session.create","params":{"agent_id":"a","session_id":"s"}}`)
+	must(t, os.WriteFile(filepath.Join(root, "agents/a/workspace/sessions/s/current/hook.json"),
+		[]byte(`{"hook_event_name":"PermissionRequest","tool_name":"Bash","tool_input":{"command":"touch made"}}`), 0o644))
+	r := startRun(t, loop, `/run/allox/bin/allox dialog hook codex --timeout 60 <hook.json`)
+	out, end := waitOutput(t, loop, r)
+	var d struct{ HookSpecificOutput map[string]any }
+	if err := json.Unmarshal([]byte(out), &d); err != nil || end.ExitCode == nil || *end.ExitCode != 0 ||
+		d.HookSpecificOutput["hookEventName"] != "PermissionRequest" || d.HookSpecificOutput["decision"] != nil {
+		t.Fatalf("hook output %q (%v, exit %v), want PermissionRequest with no decision", out, err, end.ExitCode)
+	}
+}
+
 // Attack: an agent answers its own question — on the guest's loopback listener and on its
 // session's socket. Only the host listener answers.
 func TestAttackDialogSelfApproval(t *testing.T) {
