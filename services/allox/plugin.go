@@ -30,7 +30,7 @@ var plugins = []plugin{
 	{name: "network", title: "session network", enable: "--session-network isolated|proxy", subs: "connect HOST PORT",
 		typed: map[string]func(context.Context, *caller, []string, io.Reader) error{"connect": networkConnect}},
 	{name: "monitor", title: "monitor", enable: "--monitor-root DIR", subs: monitorSubs, typed: monitorTyped},
-	{name: "dialog", title: "dialog", enable: "--dialog", subs: "ask [--question] [--option X]... --default X [--timeout S] PROMPT | hook claude-code [--default allow|deny|ask]",
+	{name: "dialog", title: "dialog", enable: "--dialog", subs: "ask [--question] [--option X]... --default X [--timeout S] PROMPT | hook claude-code|codex [--default allow|deny|ask]",
 		typed: dialogTyped},
 }
 

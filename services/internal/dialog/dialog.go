@@ -4,7 +4,8 @@
 // the answers down, with request ids and a default taken on timeout.
 //
 // An agent asks on its session's own socket (dialog.ask, `allox dialog ask`, or an agent's
-// structured permission hook such as Claude Code's PreToolUse, `allox dialog hook claude-code`);
+// structured permission hook: Claude Code's PreToolUse, `allox dialog hook claude-code`, or
+// codex's PermissionRequest, `allox dialog hook codex`);
 // the call blocks until the answer, the timeout (the question's default) or the caller going
 // away. The host side, on the authenticated host listener only, waits for questions
 // (dialog.pending) and answers them (dialog.answer). A question's text and its answer exist only

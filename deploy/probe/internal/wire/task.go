@@ -31,8 +31,9 @@ var AgentCLIs = []string{"codex", "claude_code", "opencode"}
 // Approval modes of a task.
 const (
 	// ApprovalDialog: the CLI's permission requests go through the dialog channel (Claude Code's
-	// PreToolUse hook asks `allox dialog hook claude-code`; codex's prompt is read off its
-	// screen, asked with `allox dialog ask` and answered with keys; nobody answering denies).
+	// PreToolUse hook asks `allox dialog hook claude-code`, codex's PermissionRequest hook `allox
+	// dialog hook codex`; a prompt codex shows anyway is read off its screen, asked with `allox
+	// dialog ask` and answered with keys; nobody answering denies).
 	ApprovalDialog = "dialog"
 	// ApprovalNone: the CLI asks nothing (its own approvals off; the session's sandbox is the
 	// boundary).
