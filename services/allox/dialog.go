@@ -86,8 +86,11 @@ func askDialog(ctx context.Context, c *caller, params map[string]any) (dialogAns
 // be asked at all it also says "ask", so the agent is never blocked or waved through by a fault
 // here.
 func dialogHook(ctx context.Context, c *caller, args []string, stdin io.Reader) error {
+	if len(args) > 0 && args[0] == "opencode" {
+		return dialogHookOpencode(ctx, c, args[1:], stdin)
+	}
 	if len(args) == 0 || args[0] != "claude-code" {
-		return usagef("use: allox dialog hook claude-code [--default allow|deny|ask] [--timeout S] (Claude Code's PreToolUse hook command)")
+		return usagef("use: allox dialog hook claude-code|opencode [--default allow|deny|ask] [--timeout S] (Claude Code's PreToolUse hook command, or the Probe's opencode plugin's)")
 	}
 	fs := flag.NewFlagSet("allox dialog hook claude-code", flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
@@ -129,7 +132,7 @@ func summarize(raw json.RawMessage) string {
 	var m map[string]any
 	s := string(raw)
 	if json.Unmarshal(raw, &m) == nil {
-		for _, k := range []string{"command", "file_path", "url", "pattern"} {
+		for _, k := range []string{"command", "file_path", "filePath", "url", "pattern"} {
 			if v, ok := m[k].(string); ok {
 				s = v
 				break

@@ -144,6 +144,9 @@ var opencode = CLI{
 		if t.ModelURL != "" {
 			a = append(a, "-m", "allox/"+modelOr(t.Model, "scripted"))
 		}
+		if t.Dialog { // its tool calls ask through the dialog (opencode_dialog.go)
+			return opencodeDialogArgv(append(a, t.Prompt))
+		}
 		return append(a, t.Prompt)
 	},
 	Env: func(t Task) map[string]string {
@@ -157,6 +160,9 @@ var opencode = CLI{
 					"options": map[string]any{"baseURL": strings.TrimSuffix(t.ModelURL, "/") + "/v1", "apiKey": t.APIKey},
 					"models":  map[string]any{modelOr(t.Model, "scripted"): map[string]any{}}}}})
 			env["OPENCODE_CONFIG_CONTENT"] = string(cfg)
+		}
+		if t.Dialog {
+			env["ALLOX_OPENCODE_PLUGIN"] = opencodePlugin()
 		}
 		return env
 	},
