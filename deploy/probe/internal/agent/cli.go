@@ -25,7 +25,8 @@ type Task struct {
 	// Dialog sends the CLI's permission requests through the dialog channel: claude_code gets a
 	// PreToolUse hook that asks `allox dialog hook claude-code` (nobody answering denies);
 	// codex runs its interactive TUI asking before each command that is not read-only, and the
-	// adapter asks the dialog what its screen shows and answers with keys (CLI.Keys).
+	// adapter asks the dialog what its screen shows and answers with keys (CLI.Keys); opencode
+	// gets a plugin asking `allox dialog hook opencode` before each tool call (opencode_dialog.go).
 	Dialog bool
 }
 
