@@ -80,7 +80,7 @@ func askDialog(ctx context.Context, c *caller, params map[string]any) (dialogAns
 }
 
 // hookUsage is dialog hook's usage line.
-const hookUsage = "use: allox dialog hook claude-code|codex [--default allow|deny|ask] [--timeout S] (Claude Code's PreToolUse or codex's PermissionRequest hook command)"
+const hookUsage = "use: allox dialog hook claude-code|codex|opencode [--default allow|deny|ask] [--timeout S] (Claude Code's PreToolUse, codex's PermissionRequest hook command, or the Probe's opencode plugin's)"
 
 // hookInput is what Claude Code's and codex's hooks get on stdin (the fields used here).
 type hookInput struct {
@@ -89,10 +89,13 @@ type hookInput struct {
 	ToolInput json.RawMessage `json:"tool_input"`
 }
 
-// dialogHook is "allox dialog hook claude-code|codex [--default D] [--timeout S]": Claude Code's
+// dialogHook is "allox dialog hook claude-code|codex|opencode [--default D] [--timeout S]": Claude Code's
 // PreToolUse hook or codex's PermissionRequest hook. It reads the hook's JSON on stdin, asks for
 // permission to use the tool, and writes the decision as the hook's JSON output.
 func dialogHook(ctx context.Context, c *caller, args []string, stdin io.Reader) error {
+	if len(args) > 0 && args[0] == "opencode" {
+		return dialogHookOpencode(ctx, c, args[1:], stdin)
+	}
 	if len(args) == 0 || (args[0] != "claude-code" && args[0] != "codex") {
 		return usagef("%s", hookUsage)
 	}
@@ -166,7 +169,7 @@ func summarize(raw json.RawMessage) string {
 	var m map[string]any
 	s := string(raw)
 	if json.Unmarshal(raw, &m) == nil {
-		for _, k := range []string{"command", "file_path", "url", "pattern"} {
+		for _, k := range []string{"command", "file_path", "filePath", "url", "pattern"} {
 			if v, ok := m[k].(string); ok {
 				s = v
 				break

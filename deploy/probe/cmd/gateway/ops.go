@@ -105,7 +105,7 @@ func operate(ctx context.Context, cmd string, args []string, stdout io.Writer) e
 	modelURL := fs.String("model-url", "", "task: the model endpoint as the sandbox reaches it (the CLI's base URL)")
 	model := fs.String("model", "", "task: the model name")
 	keyRef := fs.String("api-key-ref", "", "task: the name of the API key file in the Probe's --agent-keys directory (never the key)")
-	approvalMode := fs.String("approval-mode", wire.ApprovalDialog, "task: dialog (permission requests through the dialog channel; claude_code, codex) or none")
+	approvalMode := fs.String("approval-mode", wire.ApprovalDialog, "task: dialog (permission requests through the dialog channel: claude_code and opencode by their hooks, codex by its screen) or none")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}

@@ -26,7 +26,8 @@ type Task struct {
 	// PreToolUse hook that asks `allox dialog hook claude-code` (nobody answering denies);
 	// codex runs its interactive TUI asking on request, with a PermissionRequest hook that asks
 	// `allox dialog hook codex` (nobody answering denies); a prompt it shows anyway goes to the
-	// dialog off its screen and is answered with keys (CLI.Keys).
+	// dialog off its screen and is answered with keys (CLI.Keys); opencode gets a plugin asking
+	// `allox dialog hook opencode` before each tool call (opencode_dialog.go).
 	Dialog bool
 	// ScreenApproval (with Dialog) answers codex's approval prompts off its screen alone, without
 	// its PermissionRequest hook: the fallback path on its own.
@@ -166,6 +167,9 @@ var opencode = CLI{
 		if t.ModelURL != "" {
 			a = append(a, "-m", "allox/"+modelOr(t.Model, "scripted"))
 		}
+		if t.Dialog { // its tool calls ask through the dialog (opencode_dialog.go)
+			return opencodeDialogArgv(append(a, t.Prompt))
+		}
 		return append(a, t.Prompt)
 	},
 	Env: func(t Task) map[string]string {
@@ -179,6 +183,9 @@ var opencode = CLI{
 					"options": map[string]any{"baseURL": strings.TrimSuffix(t.ModelURL, "/") + "/v1", "apiKey": t.APIKey},
 					"models":  map[string]any{modelOr(t.Model, "scripted"): map[string]any{}}}}})
 			env["OPENCODE_CONFIG_CONTENT"] = string(cfg)
+		}
+		if t.Dialog {
+			env["ALLOX_OPENCODE_PLUGIN"] = opencodePlugin()
 		}
 		return env
 	},

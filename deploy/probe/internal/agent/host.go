@@ -97,9 +97,6 @@ func (h *Host) config(ctx context.Context, t probe.TaskStart) (Config, error) {
 	if err != nil {
 		return Config{}, err
 	}
-	if t.Task.Approval == wire.ApprovalDialog && t.Task.CLI != "claude_code" && cli.Keys == nil {
-		return Config{}, fmt.Errorf("task approval %q is served for claude_code (its hook) and codex (its screen) only", t.Task.Approval)
-	}
 	key, err := h.key(t.Task.APIKeyRef)
 	if err != nil {
 		return Config{}, err

@@ -120,8 +120,8 @@ func TestHostKeyRefusals(t *testing.T) {
 	}
 }
 
-// Dialog approval is served for claude_code (its hook) and codex (its screen), refused for
-// opencode, which has neither, naming the approval.
+// Dialog approval is served for every CLI: claude_code and opencode by their hooks, codex by its
+// screen; opencode's adapter starts it with the dialog plugin.
 func TestHostDialogApprovalPerCLI(t *testing.T) {
 	sb := newHangingSandbox(t)
 	dir, _ := keyDir(t, 0o600)
@@ -129,12 +129,12 @@ func TestHostDialogApprovalPerCLI(t *testing.T) {
 	for i, cli := range []string{"codex", "opencode"} {
 		st := start(fmt.Sprint("task-", i), "s-"+cli, sb)
 		st.Task.CLI = cli
-		_, err := h.StartTask(t.Context(), st)
-		switch {
-		case cli == "codex" && err != nil:
-			t.Errorf("codex with dialog approval: %v", err)
-		case cli == "opencode" && (err == nil || !strings.Contains(err.Error(), `approval "dialog"`)):
-			t.Errorf("opencode with dialog approval: %v, want refused naming the approval", err)
+		if _, err := h.StartTask(t.Context(), st); err != nil {
+			t.Errorf("%s with dialog approval: %v", cli, err)
 		}
+	}
+	a, ok := h.Adapter("task-1")
+	if !ok || !a.cfg.Task.Dialog || !strings.Contains(a.cfg.CLI.Env(a.cfg.Task)["ALLOX_OPENCODE_PLUGIN"], `"tool.execute.before"`) {
+		t.Errorf("opencode's adapter with dialog approval has no plugin: %+v", a)
 	}
 }

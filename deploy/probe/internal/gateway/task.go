@@ -145,8 +145,6 @@ func checkTask(req *wire.TaskRequest) (wire.TaskSpec, error) {
 		return wire.TaskSpec{}, fmt.Errorf("%w: api_key_ref %q: name a key file of the Probe's --agent-keys directory (1-63 of A-Z, a-z, 0-9, '.', '_', '-'), never the key itself", ErrInvalid, req.APIKeyRef)
 	case req.Approval != wire.ApprovalDialog && req.Approval != wire.ApprovalNone:
 		return wire.TaskSpec{}, fmt.Errorf("%w: approval %q: use %s or %s", ErrInvalid, req.Approval, wire.ApprovalDialog, wire.ApprovalNone)
-	case req.Approval == wire.ApprovalDialog && req.CLI != "claude_code" && req.CLI != "codex":
-		return wire.TaskSpec{}, fmt.Errorf("%w: approval %q is served for claude_code (its PreToolUse hook) and codex (its prompt read off the screen); use approval %q for %s", ErrInvalid, req.Approval, wire.ApprovalNone, req.CLI)
 	}
 	if req.ModelURL != "" {
 		u, err := url.Parse(req.ModelURL)

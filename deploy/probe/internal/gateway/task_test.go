@@ -174,7 +174,6 @@ func TestTaskRefusals(t *testing.T) {
 		"a key, not its name":  {func(r *wire.TaskRequest) { r.APIKeyRef = "sk-ant-api03/../../etc/passwd" }, "api_key_ref"},
 		"model url with creds": {func(r *wire.TaskRequest) { r.ModelURL = "http://u:p@10.0.2.100:8080" }, "model_url"},
 		"model url not http":   {func(r *wire.TaskRequest) { r.ModelURL = "file:///etc/passwd" }, "model_url"},
-		"dialog for opencode":  {func(r *wire.TaskRequest) { r.CLI = "opencode" }, "approval"},
 		"unknown approval":     {func(r *wire.TaskRequest) { r.Approval = "auto" }, "approval"},
 		"unknown session":      {func(r *wire.TaskRequest) { r.Session = "s9" }, "session"},
 		"unknown devbox":       {func(r *wire.TaskRequest) { r.DevBox = "nope" }, "devbox"},

@@ -32,8 +32,9 @@ var AgentCLIs = []string{"codex", "claude_code", "opencode"}
 const (
 	// ApprovalDialog: the CLI's permission requests go through the dialog channel (Claude Code's
 	// PreToolUse hook asks `allox dialog hook claude-code`, codex's PermissionRequest hook `allox
-	// dialog hook codex`; a prompt codex shows anyway is read off its screen, asked with `allox
-	// dialog ask` and answered with keys; nobody answering denies).
+	// dialog hook codex` (a prompt codex shows anyway is read off its screen, asked with `allox
+	// dialog ask` and answered with keys), opencode's plugin's tool.execute.before hook `allox
+	// dialog hook opencode`; nobody answering denies).
 	ApprovalDialog = "dialog"
 	// ApprovalNone: the CLI asks nothing (its own approvals off; the session's sandbox is the
 	// boundary).
