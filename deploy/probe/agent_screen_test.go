@@ -3,7 +3,6 @@ package probe
 import (
 	"context"
 	"fmt"
-	"net/http"
 	"strings"
 	"testing"
 	"time"
@@ -11,7 +10,6 @@ import (
 	"github.com/allox-os/allox/deploy/probe/internal/agent"
 	"github.com/allox-os/allox/deploy/probe/internal/probe"
 	"github.com/allox-os/allox/deploy/probe/internal/scriptedmodel"
-	"github.com/allox-os/allox/deploy/probe/internal/spec"
 	"github.com/allox-os/allox/deploy/probe/internal/wire"
 	"github.com/allox-os/allox/internal/rpc"
 	"github.com/allox-os/allox/internal/vm"
@@ -29,19 +27,8 @@ import (
 func TestCodexApprovalInAppliance(t *testing.T) {
 	out := agentsAppliance(t)
 	_, port := serveModel(t, scriptedmodel.Script{Command: "echo made-by-the-agent > result.txt", Final: "The file is written.", Escalate: true})
-	rt := &probe.QEMURuntime{Out: out, State: t.TempDir(), Sockets: shortDir(t),
-		GuestFwd: map[int]int{modelPort: port}, TCGCPU: "max", Logf: func(string, ...any) {}}
 	ctx := t.Context()
-	sb, err := rt.Boot(ctx, spec.DevBox{Name: "agents", MemoryMiB: 2048})
-	if err != nil {
-		t.Fatalf("boot the agents appliance: %v", err)
-	}
-	t.Cleanup(func() { sb.Stop(context.Background()) })
-	br := probe.NewBridge(sb.Endpoint(), sb.Token())
-	if err := br.EnsureAgent(ctx, "main"); err != nil {
-		t.Fatal(err)
-	}
-	client := rpc.NewClient(sb.Endpoint(), sb.Token(), &http.Client{Transport: &http.Transport{Proxy: nil}})
+	br, client := bootAgents(t, out, port)
 	for _, tc := range []struct {
 		session, choice string
 		screen, want    bool

@@ -39,24 +39,13 @@ const modelPort = 8080
 func TestAgentAdaptersInAppliance(t *testing.T) {
 	out := agentsAppliance(t)
 	model, port := serveModel(t, scriptedmodel.Script{Command: "sleep 20; echo made-by-the-agent > result.txt", Final: "The file is written."})
-	rt := &probe.QEMURuntime{Out: out, State: t.TempDir(), Sockets: shortDir(t),
-		GuestFwd: map[int]int{modelPort: port}, TCGCPU: "max", Logf: func(string, ...any) {}}
 	ctx := t.Context()
-	sb, err := rt.Boot(ctx, spec.DevBox{Name: "agents", MemoryMiB: 2048})
-	if err != nil {
-		t.Fatalf("boot the agents appliance: %v", err)
-	}
-	t.Cleanup(func() { sb.Stop(context.Background()) })
-	br := probe.NewBridge(sb.Endpoint(), sb.Token())
-	if err := br.EnsureAgent(ctx, "main"); err != nil {
-		t.Fatal(err)
-	}
+	br, client := bootAgents(t, out, port)
 	for _, s := range []string{"codex", "claude_code", "opencode", "k1", "k2", "k3"} {
 		if _, err := br.EnsureSession(ctx, "main", s); err != nil {
 			t.Fatal(err)
 		}
 	}
-	client := rpc.NewClient(sb.Endpoint(), sb.Token(), &http.Client{Transport: &http.Transport{Proxy: nil}})
 	task := agent.Task{Prompt: "write result.txt", ModelURL: fmt.Sprintf("http://%s:%d", vm.GuestFwdAddr, modelPort), APIKey: "sk-scripted", Model: "scripted"}
 	events := &eventLog{}
 
@@ -150,6 +139,26 @@ func agentsAppliance(t *testing.T) string {
 	out := filepath.Join(testenv.NeedOut(t, filepath.Join(agentsOut, artifact.Boot), filepath.Join(agentsOut, artifact.Rootfs)), agentsOut)
 	testenv.Tool(t, "qemu-system-x86_64", "apt-get install qemu-system-x86")
 	return out
+}
+
+// bootAgents boots the agents appliance in out under the Probe's QEMU runtime, the sandbox
+// reaching the scripted model on the host's port through modelPort, until the test ends; it
+// returns a bridge to the appliance, whose agent "main" exists, and an RPC client of its host
+// listener.
+func bootAgents(t *testing.T, out string, port int) (*probe.Bridge, *rpc.Client) {
+	t.Helper()
+	rt := &probe.QEMURuntime{Out: out, State: t.TempDir(), Sockets: shortDir(t),
+		GuestFwd: map[int]int{modelPort: port}, TCGCPU: "max", Logf: func(string, ...any) {}}
+	sb, err := rt.Boot(t.Context(), spec.DevBox{Name: "agents", MemoryMiB: 2048})
+	if err != nil {
+		t.Fatalf("boot the agents appliance: %v", err)
+	}
+	t.Cleanup(func() { sb.Stop(context.Background()) })
+	br := probe.NewBridge(sb.Endpoint(), sb.Token())
+	if err := br.EnsureAgent(t.Context(), "main"); err != nil {
+		t.Fatal(err)
+	}
+	return br, rpc.NewClient(sb.Endpoint(), sb.Token(), &http.Client{Transport: &http.Transport{Proxy: nil}})
 }
 
 // serveModel serves a scripted model on the host's loopback until the test ends; the sandbox

@@ -1,18 +1,12 @@
 package probe
 
 import (
-	"encoding/json"
-	"fmt"
-	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/allox-os/allox/deploy/probe/internal/scriptedmodel"
 	"github.com/allox-os/allox/deploy/probe/internal/wire"
-	"github.com/allox-os/allox/internal/vm"
 )
 
 const opencodeTaskSpec = `
@@ -35,42 +29,10 @@ func TestAgentTaskOpencodeDialog(t *testing.T) {
 	out := agentsAppliance(t)
 	model, port := serveModel(t, scriptedmodel.Script{Command: "echo approved-by-dialog > result.txt", Final: "Done."})
 
-	f := newFleet(t)
-	gwURL, _, gw := f.gateway("a", "", "--renew-every", "1s", "--stop-after", "8s", "--lost-after", "12s")
-	if err := f.ca.IssueFiles(f.pki, "vmhost", "vmhost", "probe"); err != nil {
-		t.Fatal(err)
-	}
-	keys, key := t.TempDir(), marker(t, "sk-key")
-	if err := os.WriteFile(filepath.Join(keys, "scripted"), []byte(key+"\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	state := shortDir(t)
-	t.Cleanup(func() { killHolding(state) })
-	probeProc := start(t, "vmhost", bins(t)["probe"], "serve", "--gateway", gwURL, "--host", "vmhost", "--pki", f.pki, "--state", state,
-		"--slots", "1", "--appliance", out, "--supervise-every", "500ms", "--dialog", "--agent-keys", keys,
-		"--qemu-cpu", "max", "--guest-fwd", fmt.Sprintf("%d=%d", modelPort, port))
-	a := f.admin(gwURL)
-	runGatewayCLI(t, f, gwURL, "apply", writeSpec(t, opencodeTaskSpec))
-	waitLong(t, "ocbox running under QEMU", time.Minute, func() bool {
-		st := getDevBox(t, a, "ocbox")
-		return st.Observed != nil && st.Observed.Phase == wire.PhaseRunning && st.Observed.Sessions["allow"] == wire.PhaseRunning &&
-			st.Observed.Sessions["deny"] == wire.PhaseRunning
-	})
-	client := qemuRPC(t, state, "ocbox")
-
-	var prompts []string
+	af := newAgentFleet(t, out, port, opencodeTaskSpec, "ocbox", "allow", "deny")
+	f, gwURL, client := af.f, af.gwURL, af.client
 	task := func(session, answer string) {
-		prompt := marker(t, "task-prompt")
-		prompts = append(prompts, prompt)
-		cmd := exec.Command(bins(t)["gateway"], "task", "--gateway", gwURL, "--pki", f.pki, "--devbox", "ocbox", "--session", session,
-			"--cli", "opencode", "--model-url", fmt.Sprintf("http://%s:%d", vm.GuestFwdAddr, modelPort), "--model", "scripted",
-			"--api-key-ref", "scripted", "-")
-		cmd.Stdin = strings.NewReader(prompt)
-		o, err := cmd.CombinedOutput()
-		var res struct{ ID string }
-		if err != nil || json.Unmarshal(o, &res) != nil || !strings.HasPrefix(res.ID, "task-") {
-			t.Fatalf("gateway task: %v %s", err, o)
-		}
+		id := af.task(t, "opencode", session)
 		var it wire.DialogItem
 		waitLong(t, session+": the plugin's permission request listed", 2*time.Minute, func() bool {
 			for _, i := range dialogItems(t, f, gwURL, false) {
@@ -81,24 +43,8 @@ func TestAgentTaskOpencodeDialog(t *testing.T) {
 			}
 			return false
 		})
-		waitLong(t, session+": waiting_for_approval in gateway get", 15*time.Second, func() bool {
-			ag := agentOf(t, a, "ocbox", session)
-			return ag.Intent == res.ID && ag.Status == wire.AgentApproval
-		})
-		if got := runIn(t, client, session, "/bin/cat", "result.txt"); strings.Contains(got, "approved-by-dialog") {
-			t.Fatalf("%s: the command ran before its approval: result.txt %q", session, got)
-		}
-		if o, err := answerCLI(f, gwURL, "ocbox", session, it.RequestID, answer); err != nil || !strings.Contains(o, `"outcome": "answered"`) {
-			t.Fatalf("gateway dialog answer %s: %v %s", answer, err, o)
-		}
-		var ag wire.AgentObserved
-		waitLong(t, session+": the task done", time.Minute, func() bool {
-			ag = agentOf(t, a, "ocbox", session)
-			return ag.Intent == res.ID && (ag.Status == wire.AgentDone || ag.Status == wire.AgentFailed)
-		})
-		if ag.Status != wire.AgentDone {
-			t.Errorf("%s: the agent %+v, want done", session, ag)
-		}
+		af.waitApproval(t, session, id)
+		af.answer(t, session, it.RequestID, answer, id)
 	}
 	// lastResult is what opencode sent the model back from the tool call.
 	lastResult := func() string {
@@ -127,8 +73,5 @@ func TestAgentTaskOpencodeDialog(t *testing.T) {
 		}
 	})
 	audit := runGatewayCLI(t, f, gwURL, "audit", "--limit", "1000")
-	gw.kill()
-	probeProc.kill()
-	assertNowhere(t, append(prompts, key), map[string][]byte{"audit": []byte(audit), "gateway log": logOf(gw), "probe log": logOf(probeProc)},
-		f.etcdData[0])
+	af.assertContentNowhere(t, audit)
 }

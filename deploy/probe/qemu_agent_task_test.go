@@ -46,31 +46,8 @@ func TestAgentTaskFromGateway(t *testing.T) {
 	out := agentsAppliance(t)
 	model, port := serveModel(t, scriptedmodel.Script{Command: "echo approved-by-dialog > result.txt", Final: "Done.", Escalate: true})
 
-	f := newFleet(t)
-	gwURL, _, gw := f.gateway("a", "", "--renew-every", "1s", "--stop-after", "8s", "--lost-after", "12s")
-	if err := f.ca.IssueFiles(f.pki, "vmhost", "vmhost", "probe"); err != nil {
-		t.Fatal(err)
-	}
-	keys, key := t.TempDir(), marker(t, "sk-ant-key")
-	if err := os.WriteFile(filepath.Join(keys, "scripted"), []byte(key+"\n"), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	state := shortDir(t)
-	t.Cleanup(func() { killHolding(state) })
-	probeProc := start(t, "vmhost", bins(t)["probe"], "serve", "--gateway", gwURL, "--host", "vmhost", "--pki", f.pki, "--state", state,
-		"--slots", "1", "--appliance", out, "--supervise-every", "500ms", "--dialog", "--agent-keys", keys,
-		"--qemu-cpu", "max", "--guest-fwd", fmt.Sprintf("%d=%d", modelPort, port))
-	a := f.admin(gwURL)
-	runGatewayCLI(t, f, gwURL, "apply", writeSpec(t, agentTaskSpec))
-	waitLong(t, "agentbox running under QEMU", time.Minute, func() bool {
-		st := getDevBox(t, a, "agentbox")
-		return st.Observed != nil && st.Observed.Phase == wire.PhaseRunning && st.Observed.Sessions["allow"] == wire.PhaseRunning &&
-			st.Observed.Sessions["deny"] == wire.PhaseRunning && st.Observed.Sessions["kill"] == wire.PhaseRunning &&
-			st.Observed.Sessions["codex"] == wire.PhaseRunning
-	})
-	client := qemuRPC(t, state, "agentbox")
-
-	var prompts []string
+	af := newAgentFleet(t, out, port, agentTaskSpec, "agentbox", "allow", "deny", "kill", "codex")
+	f, gwURL, a, client := af.f, af.gwURL, af.a, af.client
 	// waitAsked waits for the session's permission request (not the one with id except): Claude
 	// Code's hook, or codex's.
 	waitAsked := func(session, except string) wire.DialogItem {
@@ -89,22 +66,9 @@ func TestAgentTaskFromGateway(t *testing.T) {
 		return it
 	}
 	task := func(cli, session, answer string, kill bool) (intent string) {
-		prompt := marker(t, "task-prompt")
-		prompts = append(prompts, prompt)
-		cmd := exec.Command(bins(t)["gateway"], "task", "--gateway", gwURL, "--pki", f.pki, "--devbox", "agentbox", "--session", session,
-			"--cli", cli, "--model-url", fmt.Sprintf("http://%s:%d", vm.GuestFwdAddr, modelPort), "--model", "scripted",
-			"--api-key-ref", "scripted", "-")
-		cmd.Stdin = strings.NewReader(prompt)
-		o, err := cmd.CombinedOutput()
-		var res struct{ ID string }
-		if err != nil || json.Unmarshal(o, &res) != nil || !strings.HasPrefix(res.ID, "task-") {
-			t.Fatalf("gateway task: %v %s", err, o)
-		}
+		id := af.task(t, cli, session)
 		it := waitAsked(session, "")
-		waitLong(t, session+": waiting_for_approval in gateway get", 15*time.Second, func() bool {
-			ag := agentOf(t, a, "agentbox", session)
-			return ag.Intent == res.ID && ag.Status == wire.AgentApproval
-		})
+		af.waitApproval(t, session, id)
 		if kill { // the CLI's run killed while its hook waits: restarted, reported, asked again
 			var l struct{ Runs []rpc.Run }
 			if err := client.Call(t.Context(), rpc.ActionProcessList, map[string]string{"agent_id": "main", "session_id": session}, &l); err != nil {
@@ -128,21 +92,8 @@ func TestAgentTaskFromGateway(t *testing.T) {
 				t.Errorf("%s: no fault in the audit reporting the restart (1 of --heal-attempts 5)", session)
 			}
 		}
-		if got := runIn(t, client, session, "/bin/cat", "result.txt"); strings.Contains(got, "approved-by-dialog") {
-			t.Fatalf("%s: the command ran before its approval: result.txt %q", session, got)
-		}
-		if o, err := answerCLI(f, gwURL, "agentbox", session, it.RequestID, answer); err != nil || !strings.Contains(o, `"outcome": "answered"`) {
-			t.Fatalf("gateway dialog answer %s: %v %s", answer, err, o)
-		}
-		var ag wire.AgentObserved
-		waitLong(t, session+": the task done", time.Minute, func() bool {
-			ag = agentOf(t, a, "agentbox", session)
-			return ag.Intent == res.ID && (ag.Status == wire.AgentDone || ag.Status == wire.AgentFailed)
-		})
-		if ag.Status != wire.AgentDone {
-			t.Errorf("%s: the agent %+v, want done", session, ag)
-		}
-		return res.ID
+		af.answer(t, session, it.RequestID, answer, id)
+		return id
 	}
 
 	t.Run("allowed", func(t *testing.T) {
@@ -176,12 +127,118 @@ func TestAgentTaskFromGateway(t *testing.T) {
 	if !strings.Contains(audit, `"action": "agent.status"`) || !strings.Contains(audit, `"action": "task"`) {
 		t.Errorf("the audit has no task or agent.status records")
 	}
-	gw.kill()
-	probeProc.kill()
 	// The Probe's state is not searched: the guest's store disk holds the appliance's run
 	// records, and a CLI's prompt is on its command line inside the sandbox.
-	assertNowhere(t, append(prompts, key), map[string][]byte{"audit": []byte(audit), "gateway log": logOf(gw), "probe log": logOf(probeProc)},
-		f.etcdData[0])
+	af.assertContentNowhere(t, audit)
+}
+
+// agentFleet is a Gateway and a Probe booting the agents appliance under QEMU, with the dialog
+// relay on, an API key "scripted" in its --agent-keys and the scripted model on modelPort.
+type agentFleet struct {
+	f         *fleet
+	gwURL     string
+	gw, probe *proc
+	a         *wire.AdminClient
+	client    *rpc.Client // the VM's host listener
+	devbox    string
+	key       string   // the API key's value
+	prompts   []string // every task's prompt
+}
+
+// newAgentFleet starts the fleet for the appliance in out with the model on the host's port,
+// applies spec, and waits until devbox and its sessions run.
+func newAgentFleet(t *testing.T, out string, port int, spec, devbox string, sessions ...string) *agentFleet {
+	t.Helper()
+	af := &agentFleet{f: newFleet(t), devbox: devbox}
+	f := af.f
+	af.gwURL, _, af.gw = f.gateway("a", "", "--renew-every", "1s", "--stop-after", "8s", "--lost-after", "12s")
+	if err := f.ca.IssueFiles(f.pki, "vmhost", "vmhost", "probe"); err != nil {
+		t.Fatal(err)
+	}
+	keys := t.TempDir()
+	af.key = marker(t, "sk-key")
+	if err := os.WriteFile(filepath.Join(keys, "scripted"), []byte(af.key+"\n"), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	state := shortDir(t)
+	t.Cleanup(func() { killHolding(state) })
+	af.probe = start(t, "vmhost", bins(t)["probe"], "serve", "--gateway", af.gwURL, "--host", "vmhost", "--pki", f.pki, "--state", state,
+		"--slots", "1", "--appliance", out, "--supervise-every", "500ms", "--dialog", "--agent-keys", keys,
+		"--qemu-cpu", "max", "--guest-fwd", fmt.Sprintf("%d=%d", modelPort, port))
+	af.a = f.admin(af.gwURL)
+	runGatewayCLI(t, f, af.gwURL, "apply", writeSpec(t, spec))
+	waitLong(t, devbox+" running under QEMU", time.Minute, func() bool {
+		st := getDevBox(t, af.a, devbox)
+		if st.Observed == nil || st.Observed.Phase != wire.PhaseRunning {
+			return false
+		}
+		for _, s := range sessions {
+			if st.Observed.Sessions[s] != wire.PhaseRunning {
+				return false
+			}
+		}
+		return true
+	})
+	af.client = qemuRPC(t, state, devbox)
+	return af
+}
+
+// task sends cli a task in session with `gateway task` (a fresh prompt on stdin, the scripted
+// model, the key by reference) and returns its intent id.
+func (af *agentFleet) task(t *testing.T, cli, session string) string {
+	t.Helper()
+	prompt := marker(t, "task-prompt")
+	af.prompts = append(af.prompts, prompt)
+	cmd := exec.Command(bins(t)["gateway"], "task", "--gateway", af.gwURL, "--pki", af.f.pki, "--devbox", af.devbox, "--session", session,
+		"--cli", cli, "--model-url", fmt.Sprintf("http://%s:%d", vm.GuestFwdAddr, modelPort), "--model", "scripted",
+		"--api-key-ref", "scripted", "-")
+	cmd.Stdin = strings.NewReader(prompt)
+	o, err := cmd.CombinedOutput()
+	var res struct{ ID string }
+	if err != nil || json.Unmarshal(o, &res) != nil || !strings.HasPrefix(res.ID, "task-") {
+		t.Fatalf("gateway task: %v %s", err, o)
+	}
+	return res.ID
+}
+
+// waitApproval waits until `gateway get` shows session's agent on intent id waiting_for_approval.
+func (af *agentFleet) waitApproval(t *testing.T, session, id string) {
+	t.Helper()
+	waitLong(t, session+": waiting_for_approval in gateway get", 15*time.Second, func() bool {
+		ag := agentOf(t, af.a, af.devbox, session)
+		return ag.Intent == id && ag.Status == wire.AgentApproval
+	})
+}
+
+// answer checks that session's command (the scripted model's, writing result.txt) has not run
+// yet, answers session's request with `gateway dialog answer`, and checks that the task of
+// intent id ends done.
+func (af *agentFleet) answer(t *testing.T, session, request, answer, id string) {
+	t.Helper()
+	if got := runIn(t, af.client, session, "/bin/cat", "result.txt"); strings.Contains(got, "approved-by-dialog") {
+		t.Fatalf("%s: the command ran before its approval: result.txt %q", session, got)
+	}
+	if o, err := answerCLI(af.f, af.gwURL, af.devbox, session, request, answer); err != nil || !strings.Contains(o, `"outcome": "answered"`) {
+		t.Fatalf("gateway dialog answer %s: %v %s", answer, err, o)
+	}
+	var ag wire.AgentObserved
+	waitLong(t, session+": the task done", time.Minute, func() bool {
+		ag = agentOf(t, af.a, af.devbox, session)
+		return ag.Intent == id && (ag.Status == wire.AgentDone || ag.Status == wire.AgentFailed)
+	})
+	if ag.Status != wire.AgentDone {
+		t.Errorf("%s: the agent %+v, want done", session, ag)
+	}
+}
+
+// assertContentNowhere stops the Gateway and the Probe and checks that no prompt and not the
+// key are in the audit, their logs or etcd's data.
+func (af *agentFleet) assertContentNowhere(t *testing.T, audit string) {
+	t.Helper()
+	af.gw.kill()
+	af.probe.kill()
+	assertNowhere(t, append(af.prompts, af.key), map[string][]byte{"audit": []byte(audit), "gateway log": logOf(af.gw), "probe log": logOf(af.probe)},
+		af.f.etcdData[0])
 }
 
 // agentOf is the session's agent as `gateway get` shows it.

@@ -6,6 +6,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"slices"
 	"strings"
 
 	"github.com/allox-os/allox/internal/rpc"
@@ -89,49 +90,82 @@ type hookInput struct {
 	ToolInput json.RawMessage `json:"tool_input"`
 }
 
-// dialogHook is "allox dialog hook claude-code|codex|opencode [--default D] [--timeout S]": Claude Code's
-// PreToolUse hook or codex's PermissionRequest hook. It reads the hook's JSON on stdin, asks for
-// permission to use the tool, and writes the decision as the hook's JSON output.
+// hookFlavors are each hook's default decision and the decisions it can make.
+var hookFlavors = map[string]struct {
+	def, options string
+}{"claude-code": {"ask", "allow deny ask"}, "codex": {"deny", "allow deny"}, "opencode": {"deny", "allow deny"}}
+
+// dialogHook is "allox dialog hook claude-code|codex|opencode [--default D] [--timeout S]": Claude
+// Code's PreToolUse hook, codex's PermissionRequest hook, or what the Probe's opencode plugin runs
+// from its tool.execute.before hook. It reads the hook's JSON on stdin, asks for permission to
+// use the tool, and writes the decision in the hook's own form.
 func dialogHook(ctx context.Context, c *caller, args []string, stdin io.Reader) error {
-	if len(args) > 0 && args[0] == "opencode" {
-		return dialogHookOpencode(ctx, c, args[1:], stdin)
-	}
-	if len(args) == 0 || (args[0] != "claude-code" && args[0] != "codex") {
+	if len(args) == 0 {
 		return usagef("%s", hookUsage)
 	}
 	flavor := args[0]
+	d, ok := hookFlavors[flavor]
+	if !ok {
+		return usagef("%s", hookUsage)
+	}
 	fs := flag.NewFlagSet("allox dialog hook "+flavor, flag.ContinueOnError)
 	fs.SetOutput(io.Discard)
-	def := fs.String("default", map[string]string{"claude-code": "ask", "codex": "deny"}[flavor], "the decision when nobody answers in time")
+	def := fs.String("default", d.def, "the decision when nobody answers in time")
 	timeout := fs.Float64("timeout", 0, "seconds to wait (0: the daemon's default)")
 	if err := fs.Parse(args[1:]); err != nil || fs.NArg() != 0 {
 		return usagef("%s (%v)", hookUsage, err)
 	}
-	var in hookInput
-	if err := json.NewDecoder(io.LimitReader(stdin, rpc.MaxRequestBytes)).Decode(&in); err != nil {
-		return fmt.Errorf("dialog hook %s: the hook's input on stdin is not JSON: %w", flavor, err)
+	options := strings.Fields(d.options)
+	if !slices.Contains(options, *def) {
+		return usagef("dialog hook %s: --default %q: use %s (its hook decides nothing else)", flavor, *def, strings.Join(options, " or "))
 	}
-	if flavor == "codex" {
-		return codexHook(ctx, c, in, *def, *timeout)
+	dec := json.NewDecoder(io.LimitReader(stdin, rpc.MaxRequestBytes))
+	ask := func(prompt, source string) (choice, why string, err error) {
+		return askPermission(ctx, c, prompt, options, *def, *timeout, source)
+	}
+	switch flavor {
+	case "codex":
+		return codexHook(c, dec, ask)
+	case "opencode":
+		return opencodeHook(c, dec, ask)
+	}
+	var in hookInput
+	if err := dec.Decode(&in); err != nil {
+		return fmt.Errorf("dialog hook claude-code: the hook's input on stdin is not JSON: %w", err)
 	}
 	if in.Event != "PreToolUse" {
 		return fmt.Errorf("dialog hook claude-code: hook event %q: install it as a PreToolUse hook", in.Event)
 	}
-	prompt := fmt.Sprintf("Claude Code wants to use %s: %s", in.Tool, summarize(in.ToolInput))
-	decision, reason := "ask", "no answer through the dialog: Claude Code asks in its terminal"
-	a, err := askDialog(ctx, c, map[string]any{"kind": "permission", "prompt": prompt, "options": []string{"allow", "deny", "ask"},
-		"default": *def, "timeout": *timeout, "source": "claude-code PreToolUse"})
-	switch {
-	case err != nil:
-		reason = "the dialog could not be asked (" + oneLine(err.Error()) + "): Claude Code asks in its terminal"
-	case a.Outcome == "answered":
-		decision, reason = a.Choice, "answered by "+a.By+" through the dialog"
-	case a.Outcome == "timeout":
-		decision, reason = a.Choice, "nobody answered in time: the hook's default"
+	decision, reason, err := ask(fmt.Sprintf("Claude Code wants to use %s: %s", in.Tool, summarize(in.ToolInput)), "claude-code PreToolUse")
+	if decision == "" { // Claude Code asks in its terminal
+		if err == nil {
+			reason = "no answer through the dialog"
+		}
+		decision, reason = "ask", reason+": Claude Code asks in its terminal"
 	}
 	out := map[string]any{"hookSpecificOutput": map[string]any{"hookEventName": "PreToolUse",
 		"permissionDecision": decision, "permissionDecisionReason": reason}}
 	return json.NewEncoder(c.stdout).Encode(out)
+}
+
+// askFunc asks the dialog for permission (prompt, source); see askPermission.
+type askFunc func(prompt, source string) (choice, why string, err error)
+
+// askPermission asks the dialog a permission question with options and returns the choice and
+// why: the answer and who gave it, or the default when nobody answered in time; no choice when
+// the question ended otherwise, or (with err) when it could not be asked.
+func askPermission(ctx context.Context, c *caller, prompt string, options []string, def string, timeout float64, source string) (choice, why string, err error) {
+	a, err := askDialog(ctx, c, map[string]any{"kind": "permission", "prompt": prompt, "options": options,
+		"default": def, "timeout": timeout, "source": source})
+	switch {
+	case err != nil:
+		return "", "the dialog could not be asked (" + oneLine(err.Error()) + ")", err
+	case a.Outcome == "answered":
+		return a.Choice, "answered by " + a.By + " through the dialog", nil
+	case a.Outcome == "timeout":
+		return a.Choice, "nobody answered in time: the hook's default", nil
+	}
+	return "", "", nil
 }
 
 // codexHook answers codex's PermissionRequest hook (codex 0.171.0: the request on stdin as
@@ -140,26 +174,21 @@ func dialogHook(ctx context.Context, c *caller, args []string, stdin io.Reader) 
 // Its decisions are allow and deny only; a dialog that cannot be asked answers with no decision,
 // and codex then shows its own approval prompt on its terminal (the fallback the adapter reads
 // off the screen).
-func codexHook(ctx context.Context, c *caller, in hookInput, def string, timeout float64) error {
+func codexHook(c *caller, dec *json.Decoder, ask askFunc) error {
+	var in hookInput
+	if err := dec.Decode(&in); err != nil {
+		return fmt.Errorf("dialog hook codex: the hook's input on stdin is not JSON: %w", err)
+	}
 	if in.Event != "PermissionRequest" {
 		return fmt.Errorf("dialog hook codex: hook event %q: install it as a PermissionRequest hook", in.Event)
 	}
-	if def != "allow" && def != "deny" {
-		return usagef("dialog hook codex: --default %q: use allow or deny (codex's hook decides nothing else)", def)
-	}
-	prompt := fmt.Sprintf("codex wants to use %s: %s", in.Tool, summarize(in.ToolInput))
-	a, err := askDialog(ctx, c, map[string]any{"kind": "permission", "prompt": prompt, "options": []string{"allow", "deny"},
-		"default": def, "timeout": timeout, "source": "codex PermissionRequest"})
+	choice, why, err := ask(fmt.Sprintf("codex wants to use %s: %s", in.Tool, summarize(in.ToolInput)), "codex PermissionRequest")
 	hso := map[string]any{"hookEventName": "PermissionRequest"}
 	switch {
 	case err != nil:
-		fmt.Fprintf(c.stderr, "dialog hook codex: the dialog could not be asked (%s): codex asks in its terminal\n", oneLine(err.Error()))
-	case a.Choice == "allow" || a.Choice == "deny":
-		msg := "answered by " + a.By + " through the dialog"
-		if a.Outcome == "timeout" {
-			msg = "nobody answered in time: the hook's default"
-		}
-		hso["decision"] = map[string]any{"behavior": a.Choice, "message": msg}
+		fmt.Fprintf(c.stderr, "dialog hook codex: %s: codex asks in its terminal\n", why)
+	case choice == "allow" || choice == "deny":
+		hso["decision"] = map[string]any{"behavior": choice, "message": why}
 	}
 	return json.NewEncoder(c.stdout).Encode(map[string]any{"hookSpecificOutput": hso})
 }
