@@ -3,6 +3,8 @@ package daemon_test
 import (
 	"bytes"
 	"context"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -26,6 +28,25 @@ func TestEveryVerbFailsWithoutAnEntry(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), "no entry") {
 			t.Errorf("%v: got %v, want the no-entry error", v, err)
 		}
+	}
+}
+
+// Attack: the entry named is a symlink to a live daemon's management socket. Every verb, the
+// one-shot ones on their blocking socket and the streaming ones alike, refuses it before it
+// connects: nothing reaches the daemon (no terminal is started through it).
+func TestEveryVerbRefusesASymlinkedEntry(t *testing.T) {
+	f := newDaemon(t, boxConfig)
+	link := filepath.Join(f.dir, "mgmt-link")
+	if err := os.Symlink(f.mgmt(), link); err != nil {
+		t.Fatal(err)
+	}
+	for _, v := range append([][]string{{"ls"}, {"start", "S", "--instance", "host", "--", "true"}}, terminalVerbs...) {
+		if _, err := f.kw(link, v...); err == nil || !strings.Contains(err.Error(), "not a socket") {
+			t.Errorf("%v through a symlinked entry: got %v, want a refusal naming it not a socket", v, err)
+		}
+	}
+	if out, err := f.kw(f.mgmt(), "ls"); err != nil || strings.Contains(out, "S") {
+		t.Errorf("ls on the real entry: %q %v; want no terminal S started through the symlink", out, err)
 	}
 }
 
