@@ -92,9 +92,11 @@ bench: image
 	$(GO) test -run '^$$' -bench 'Intents|LossToFence|GatewayHeap' -benchtime 1x -timeout 20m ./deploy/probe/
 	$(MAKE) bench-kuruwa
 
-# Kuruwa against Debian's tmux, CLI round trips, p50/p99 over 200 samples; needs no image.
+# Kuruwa against Debian's tmux, CLI round trips, p50/p99 over 200 samples; needs no image. Then a
+# full output ring's write beside a plain copy of the same bytes.
 bench-kuruwa:
 	$(GO) test -run '^$$' -bench KuruwaVersusTmux -benchtime 200x ./services/kuruwa/internal/daemon/
+	$(GO) test -run '^$$' -bench RingWriteFull ./internal/term/
 
 # Bit-for-bit reproducibility: build the default appliance twice, each with a fresh cache (a fresh
 # Debian userland; only the kernel is shared), and compare every artifact (mkimage diff names the first

@@ -9,10 +9,13 @@ import (
 // offset of a byte is the number of bytes the terminal wrote before it. A reader resumes at the
 // offset it stopped at and gets every later byte once, with no gap and no duplicate, as long as
 // it is not more than capacity bytes behind; a reader that falls further behind is told exactly
-// which range it lost. Writers never wait for readers.
+// which range it lost. Writers never wait for readers, and a write costs what it copies: the
+// bytes live in one circular buffer (grown up to capacity as output comes, then reused), so a
+// full ring overwrites its oldest bytes in place instead of moving the rest.
 type Ring struct {
 	mu      sync.Mutex
-	buf     []byte
+	buf     []byte // len(buf) bytes held; once full, the oldest is at start
+	start   int
 	limit   int
 	end     uint64        // offset one past the last byte written
 	changed chan struct{} // closed and replaced on every write or close
@@ -35,16 +38,19 @@ func NewRing(capacity int) *Ring {
 func (r *Ring) Write(p []byte) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
-	c := r.limit
-	if len(p) >= c {
-		r.buf = append(r.buf[:0], p[len(p)-c:]...)
-	} else if over := len(r.buf) + len(p) - c; over > 0 {
-		n := copy(r.buf, r.buf[over:])
-		r.buf = append(r.buf[:n], p...)
-	} else {
-		r.buf = append(r.buf, p...)
-	}
 	r.end += uint64(len(p))
+	if len(p) > r.limit {
+		p = p[len(p)-r.limit:]
+	}
+	if grow := min(len(p), r.limit-len(r.buf)); grow > 0 { // not full yet: append
+		r.buf = append(r.buf, p[:grow]...) // start stays 0 until the ring is full
+		p = p[grow:]
+	}
+	for len(p) > 0 { // full: overwrite the oldest bytes, wrapping at most once
+		n := copy(r.buf[r.start:], p)
+		p = p[n:]
+		r.start = (r.start + n) % len(r.buf)
+	}
 	if !r.closed {
 		close(r.changed)
 		r.changed = make(chan struct{})
@@ -77,7 +83,13 @@ func (r *Ring) ReadFrom(from uint64) (data []byte, next uint64, changed <-chan s
 	if from == r.end {
 		return nil, r.end, r.changed, r.closed, nil
 	}
-	data = append([]byte(nil), r.buf[from-oldest:]...)
+	skip := (r.start + int(from-oldest)) % len(r.buf)
+	data = make([]byte, 0, r.end-from)
+	if skip >= r.start { // from skip to the end of the buffer, then what wrapped before start
+		data = append(append(data, r.buf[skip:]...), r.buf[:r.start]...)
+	} else {
+		data = append(data, r.buf[skip:r.start]...)
+	}
 	return data, r.end, r.changed, r.closed, nil
 }
 

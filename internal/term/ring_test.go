@@ -69,3 +69,61 @@ func TestRingWriteAfterCloseDoesNotPanic(t *testing.T) {
 		t.Fatal("ring not closed")
 	}
 }
+
+// Against a model that keeps every byte: after writes of every size around the capacity
+// (smaller, equal, larger, wrapping at each position), a read from every offset the ring still
+// holds returns exactly the model's tail, and every older offset reports the exact loss.
+func TestRingMatchesModelAcrossWraps(t *testing.T) {
+	const capacity = 13
+	r := NewRing(capacity)
+	var all []byte
+	sizes := []int{1, 5, 12, 13, 14, 3, 0, 26, 7, 9, 2, 11, 40, 1, 6}
+	for i, n := range sizes {
+		chunk := make([]byte, n)
+		for j := range chunk {
+			chunk[j] = byte('a' + (len(all)+j)%26)
+		}
+		r.Write(chunk)
+		all = append(all, chunk...)
+		end := uint64(len(all))
+		oldest := uint64(max(0, len(all)-capacity))
+		for from := uint64(0); from <= end; from++ {
+			data, next, _, _, err := r.ReadFrom(from)
+			if from < oldest {
+				var lag *LaggedError
+				if !errors.As(err, &lag) || lag.From != from || lag.Oldest != oldest {
+					t.Fatalf("write %d (size %d), from %d: %v, want lagged to %d", i, n, from, err, oldest)
+				}
+				continue
+			}
+			if err != nil || next != end || !bytes.Equal(data, all[from:]) {
+				t.Fatalf("write %d (size %d), from %d: %q next %d err %v, want %q next %d", i, n, from, data, next, err, all[from:], end)
+			}
+		}
+	}
+}
+
+// BenchmarkRingWriteFull writes 4 KiB chunks into a full 1 MiB ring (a terminal printing fast
+// for a long time), beside a copy of the same bytes into a buffer of that size, the floor any
+// ring pays: the ratio is the ring's overhead over copying what it keeps.
+func BenchmarkRingWriteFull(b *testing.B) {
+	chunk := bytes.Repeat([]byte("x"), 4<<10)
+	b.Run("ring", func(b *testing.B) {
+		r := NewRing(1 << 20)
+		for range 300 { // fill it, and wrap
+			r.Write(chunk)
+		}
+		b.SetBytes(int64(len(chunk)))
+		for b.Loop() {
+			r.Write(chunk)
+		}
+	})
+	b.Run("copy", func(b *testing.B) {
+		dst := make([]byte, 1<<20)
+		var at int
+		b.SetBytes(int64(len(chunk)))
+		for b.Loop() {
+			at = (at + copy(dst[at:], chunk)) % len(dst)
+		}
+	})
+}
