@@ -16,7 +16,9 @@ import (
 
 // BenchmarkKuruwaVersusTmux measures CLI round trips — a fresh process per operation, as an agent
 // runs them — for kuruwa and for Debian's tmux on the same machine in the same run, and reports
-// p50/p99 of each and their ratio (tmux/kuruwa: above 1 means kuruwa is faster). Run with
+// p50/p99 of each and their ratio (tmux/kuruwa: above 1 means kuruwa is faster), beside the two
+// floors, each exec'd the same way in the same loop: an empty static Go program (any Go CLI) and
+// /bin/true (any CLI at all). Run with
 // -benchtime 200x (make bench-kuruwa) for p99 over 200 samples.
 func BenchmarkKuruwaVersusTmux(b *testing.B) {
 	tmux := testenv.Tool(b, "tmux", "apt-get install tmux (ci/deps.sh)")
@@ -31,6 +33,8 @@ func BenchmarkKuruwaVersusTmux(b *testing.B) {
 	}
 	defer func() { _ = daemon.Process.Signal(os.Interrupt); _ = daemon.Wait() }()
 	floor := emptyGoProgram(b, dir)
+	// /bin/true is the floor under any CLI call in any language: what starting a process costs.
+	trueBin := testenv.Tool(b, "true", "apt-get install coreutils")
 	ep := filepath.Join(dir, "k", "manage", "sock")
 	tsock := filepath.Join(dir, "tmux.sock")
 	kw := func(args ...string) error {
@@ -107,7 +111,7 @@ func BenchmarkKuruwaVersusTmux(b *testing.B) {
 	}
 	for _, o := range ops {
 		b.Run(o.name, func(b *testing.B) {
-			var ks, ts, rs, fs []time.Duration
+			var ks, ts, rs, fs, ns []time.Duration
 			c := conn()
 			defer c.Close()
 			for i := 0; i < b.N; i++ {
@@ -124,11 +128,15 @@ func BenchmarkKuruwaVersusTmux(b *testing.B) {
 				start = time.Now()
 				must(exec.Command(floor).Run())
 				fs = append(fs, time.Since(start))
+				start = time.Now()
+				must(exec.Command(trueBin).Run())
+				ns = append(ns, time.Since(start))
 			}
 			kp50, kp99 := percentiles(ks)
 			tp50, tp99 := percentiles(ts)
 			rp50, rp99 := percentiles(rs)
 			fp50, _ := percentiles(fs)
+			np50, _ := percentiles(ns)
 			b.ReportMetric(ms(rp50), "rpc-p50-ms")
 			b.ReportMetric(ms(rp99), "rpc-p99-ms")
 			b.ReportMetric(ms(kp50), "kuruwa-p50-ms")
@@ -138,9 +146,11 @@ func BenchmarkKuruwaVersusTmux(b *testing.B) {
 			b.ReportMetric(float64(tp50)/float64(kp50), "tmux/kuruwa-p50")
 			b.ReportMetric(ms(fp50), "empty-go-p50-ms")
 			b.ReportMetric(float64(tp50)/float64(fp50), "tmux/empty-go-p50")
+			b.ReportMetric(ms(np50), "true-p50-ms")
+			b.ReportMetric(float64(tp50)/float64(np50), "tmux/true-p50")
 			b.ReportMetric(float64(len(ks)), "samples")
-			b.Logf("%s: kuruwa CLI p50 %.2fms p99 %.2fms; tmux CLI p50 %.2fms p99 %.2fms (tmux/kuruwa %.2f); kuruwa without the CLI process p50 %.2fms p99 %.2fms; an empty static Go program p50 %.2fms (tmux/empty %.2f: the most any Go CLI could be faster than tmux); %d samples",
-				o.name, ms(kp50), ms(kp99), ms(tp50), ms(tp99), float64(tp50)/float64(kp50), ms(rp50), ms(rp99), ms(fp50), float64(tp50)/float64(fp50), len(ks))
+			b.Logf("%s: kuruwa CLI p50 %.2fms p99 %.2fms; tmux CLI p50 %.2fms p99 %.2fms (tmux/kuruwa %.2f); kuruwa without the CLI process p50 %.2fms p99 %.2fms; an empty static Go program p50 %.2fms (tmux/empty %.2f: the most any Go CLI could be faster than tmux); /bin/true p50 %.2fms (tmux/true %.2f: the most any CLI at all could be); %d samples",
+				o.name, ms(kp50), ms(kp99), ms(tp50), ms(tp99), float64(tp50)/float64(kp50), ms(rp50), ms(rp99), ms(fp50), float64(tp50)/float64(fp50), ms(np50), float64(tp50)/float64(np50), len(ks))
 		})
 	}
 }
