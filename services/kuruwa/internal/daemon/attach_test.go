@@ -3,6 +3,8 @@ package daemon_test
 import (
 	"bytes"
 	"encoding/json"
+	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -117,6 +119,34 @@ func copyAll(dst *ptyOutput, src *os.File) (int64, error) {
 			return n, err
 		}
 	}
+}
+
+// A terminal that ignores SIGHUP (a program run under nohup, or one that traps it) is killed at
+// shutdown after the grace, and it is gone, reaped, when the shutdown returns: not left running,
+// nor a zombie for whoever inherits it. Two such terminals, so that the second is not waited for
+// longer than the first.
+func TestShutdownReapsTerminalsThatIgnoreHangup(t *testing.T) {
+	f := newDaemon(t, "")
+	var pids []int
+	for _, name := range []string{"deaf1", "deaf2"} {
+		f.must(f.mgmt(), "start", name, "--instance", "host", "--", "sh", "-c", "trap '' HUP; echo pid=$$; exec sleep 60")
+		f.waitScreen(f.mgmt(), name, "pid=")
+		var st wire.TermInfo
+		if err := json.Unmarshal([]byte(f.must(f.mgmt(), "status", name, "--json")), &st); err != nil {
+			t.Fatal(err)
+		}
+		pids = append(pids, st.PID)
+	}
+	start := time.Now()
+	f.stop()
+	took := time.Since(start)
+	for _, pid := range pids {
+		if err := syscall.Kill(pid, 0); !errors.Is(err, syscall.ESRCH) {
+			state, _ := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+			t.Errorf("terminal pid %d outlived the shutdown (kill 0: %v; /proc stat: %q)", pid, err, state)
+		}
+	}
+	t.Logf("shutdown took %v", took.Round(time.Millisecond)) // logged, never asserted
 }
 
 // A normal shutdown ends what the daemon started — terminals in the host instance and in a

@@ -16,6 +16,14 @@ import (
 	"golang.org/x/sys/unix"
 )
 
+// At shutdown a terminal gets hangupGrace after SIGHUP before SIGKILL, and a killed one reapWait
+// to be reaped; together they stay under the 3 s the main daemon waits for an instance daemon
+// to exit before it kills it, which would leave the terminals (each in its own session) behind.
+const (
+	hangupGrace = time.Second
+	reapWait    = time.Second
+)
+
 // Server serves one instance's terminals on the adopted listener.
 type Server struct {
 	ID    string
@@ -88,7 +96,10 @@ func (s *Server) handle(c *wire.Conn) {
 }
 
 // killAll ends every terminal: SIGHUP, a grace, then SIGKILL, to the process groups this
-// daemon started and nothing else.
+// daemon started and nothing else. It returns once each terminal's program is reaped (or after
+// reapWait, for a program the kernel cannot end at once): this daemon is their parent, and a
+// program still running or unreaped when it exits would outlive it, inherited by whoever reaps
+// orphans.
 func (s *Server) killAll() {
 	s.mu.Lock()
 	var ts []*term.Terminal
@@ -99,12 +110,24 @@ func (s *Server) killAll() {
 	for _, t := range ts {
 		_ = t.Signal(syscall.SIGHUP)
 	}
-	deadline := time.After(time.Second)
+	// One deadline for all of them: once it passed, every terminal still running is killed at
+	// once, not each after a grace of its own.
+	grace, cancel := context.WithTimeout(context.Background(), hangupGrace)
+	defer cancel()
 	for _, t := range ts {
 		select {
 		case <-t.Done():
-		case <-deadline:
+		case <-grace.Done():
 			_ = t.Signal(syscall.SIGKILL)
+		}
+	}
+	reaped, cancel := context.WithTimeout(context.Background(), reapWait)
+	defer cancel()
+	for _, t := range ts {
+		select {
+		case <-t.Done():
+		case <-reaped.Done():
+			return
 		}
 	}
 }
