@@ -177,6 +177,11 @@ func processIdentity(pid int) (uint64, string, error) {
 	if err != nil {
 		return 0, "", err
 	}
+	if len(cmdline) == 0 {
+		// A zombie has none, and neither has a process for a moment in execve, after its parent
+		// already saw the exec succeed: an identity read then would never match again.
+		return 0, "", fmt.Errorf("/proc/%d/cmdline is empty (the process is exiting, or not yet through execve)", pid)
+	}
 	sum := sha256.Sum256(cmdline)
 	return start, hex.EncodeToString(sum[:]), nil
 }

@@ -2,13 +2,17 @@ package probe
 
 import (
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/allox-os/allox/deploy/probe/internal/spec"
 )
@@ -31,7 +35,37 @@ func startSleep(t *testing.T) *exec.Cmd {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { c.Process.Kill(); c.Wait() })
-	return c
+	// Start returns once the exec succeeded, but the kernel sets the new command line a moment
+	// later: until then the identity the tests record would not be the process's.
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
+		if b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", c.Process.Pid)); string(b) == "sleep\x00300\x00" {
+			return c
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("sleep %d never showed its command line", c.Process.Pid)
+		}
+	}
+}
+
+// A process caught between its parent's Start and the end of its execve has an empty command
+// line; processIdentity refuses it rather than record an identity it will never have again.
+func TestProcessIdentityRefusesAnEmptyCommandLine(t *testing.T) {
+	for range 2000 {
+		c := exec.Command("sleep", "300")
+		if err := c.Start(); err != nil {
+			t.Fatal(err)
+		}
+		start, sum, err := processIdentity(c.Process.Pid)
+		c.Process.Kill()
+		c.Wait()
+		if err != nil {
+			continue // caught mid-execve, and refused
+		}
+		want := sha256.Sum256([]byte("sleep\x00300\x00"))
+		if start == 0 || sum != hex.EncodeToString(want[:]) {
+			t.Fatalf("identity start %d cmdline sha256 %s; want the full command line's %x", start, sum, want)
+		}
+	}
 }
 
 // A record whose process is gone, or whose pid is another process now (its start time or command
