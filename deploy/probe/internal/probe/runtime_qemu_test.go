@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
-	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -36,13 +35,15 @@ func startSleep(t *testing.T) *exec.Cmd {
 	}
 	t.Cleanup(func() { c.Process.Kill(); c.Wait() })
 	// Start returns once the exec succeeded, but the kernel sets the new command line a moment
-	// later: until then the identity the tests record would not be the process's.
+	// later: until then processIdentity refuses it, and the identity the tests record would not
+	// be the process's.
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(time.Millisecond) {
-		if b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", c.Process.Pid)); string(b) == "sleep\x00300\x00" {
+		_, _, err := processIdentity(c.Process.Pid)
+		if err == nil {
 			return c
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("sleep %d never showed its command line", c.Process.Pid)
+			t.Fatalf("sleep %d: no identity after 10 s: %v", c.Process.Pid, err)
 		}
 	}
 }
@@ -50,6 +51,7 @@ func startSleep(t *testing.T) *exec.Cmd {
 // A process caught between its parent's Start and the end of its execve has an empty command
 // line; processIdentity refuses it rather than record an identity it will never have again.
 func TestProcessIdentityRefusesAnEmptyCommandLine(t *testing.T) {
+	want := sha256.Sum256([]byte("sleep\x00300\x00"))
 	for range 2000 {
 		c := exec.Command("sleep", "300")
 		if err := c.Start(); err != nil {
@@ -61,7 +63,6 @@ func TestProcessIdentityRefusesAnEmptyCommandLine(t *testing.T) {
 		if err != nil {
 			continue // caught mid-execve, and refused
 		}
-		want := sha256.Sum256([]byte("sleep\x00300\x00"))
 		if start == 0 || sum != hex.EncodeToString(want[:]) {
 			t.Fatalf("identity start %d cmdline sha256 %s; want the full command line's %x", start, sum, want)
 		}

@@ -114,22 +114,26 @@ func (s *Server) killAll() {
 	// once, not each after a grace of its own.
 	grace, cancel := context.WithTimeout(context.Background(), hangupGrace)
 	defer cancel()
-	for _, t := range ts {
-		select {
-		case <-t.Done():
-		case <-grace.Done():
-			_ = t.Signal(syscall.SIGKILL)
-		}
+	late := unfinished(grace, ts)
+	for _, t := range late {
+		_ = t.Signal(syscall.SIGKILL)
 	}
 	reaped, cancel := context.WithTimeout(context.Background(), reapWait)
 	defer cancel()
+	unfinished(reaped, late)
+}
+
+// unfinished waits for each terminal in turn until ctx ends, and returns those not done by then.
+func unfinished(ctx context.Context, ts []*term.Terminal) []*term.Terminal {
+	var late []*term.Terminal
 	for _, t := range ts {
 		select {
 		case <-t.Done():
-		case <-reaped.Done():
-			return
+		case <-ctx.Done():
+			late = append(late, t)
 		}
 	}
+	return late
 }
 
 func (s *Server) lookup(id string) (*entry, error) {
