@@ -22,6 +22,7 @@ require (
 	github.com/in-toto/attestation v1.2.0
 	github.com/klauspost/compress v1.19.2
 	github.com/pkg/sftp v1.13.12
+	github.com/prometheus/procfs v0.15.1
 	github.com/secure-systems-lab/go-securesystemslib v0.11.1
 	github.com/spdx/tools-golang v0.5.7
 	github.com/u-root/u-root v0.16.0
@@ -98,7 +99,6 @@ require (
 	github.com/prometheus/client_golang v1.20.5 // indirect
 	github.com/prometheus/client_model v0.6.1 // indirect
 	github.com/prometheus/common v0.62.0 // indirect
-	github.com/prometheus/procfs v0.15.1 // indirect
 	github.com/rivo/uniseg v0.4.7 // indirect
 	github.com/sirupsen/logrus v1.9.4 // indirect
 	github.com/soheilhy/cmux v0.1.5 // indirect

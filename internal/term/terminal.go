@@ -11,6 +11,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"runtime"
 	"sync"
 	"syscall"
 	"time"
@@ -27,6 +28,12 @@ type Spec struct {
 	// RingBytes bounds the tail ring; ScrollbackLines bounds the emulator's history.
 	RingBytes       int
 	ScrollbackLines int
+	// DieWithParent has the kernel kill the program (SIGKILL) when the process that started it
+	// dies, however it dies (PR_SET_PDEATHSIG): a parent killed or crashed leaves no program
+	// running behind it, even one that ignores the hangup. It covers the program itself, not
+	// what it started, and the program can undo it (prctl) or lose it by exec'ing a set-user-ID
+	// program, so a parent's parent still has to end what is left.
+	DieWithParent bool
 }
 
 // Status is a terminal's state as the CLI reports it.
@@ -71,6 +78,30 @@ type Terminal struct {
 	outDone chan struct{}
 }
 
+// The kernel sends the parent-death signal when the thread that forked the child exits, not
+// when its process does, and the Go runtime ends a thread whose goroutine exits while locked to
+// it. So programs that die with their parent are forked from one goroutine locked to its thread
+// for the rest of the process: that thread exits only with the process.
+var lasting struct {
+	once sync.Once
+	run  chan func()
+}
+
+func onLastingThread(f func()) {
+	lasting.once.Do(func() {
+		lasting.run = make(chan func())
+		go func() {
+			runtime.LockOSThread() // never unlocked
+			for f := range lasting.run {
+				f()
+			}
+		}()
+	})
+	done := make(chan struct{})
+	lasting.run <- func() { defer close(done); f() }
+	<-done
+}
+
 // Start runs spec on a new PTY and appends its raw output to transcript (which Start owns).
 func Start(spec Spec, transcript *os.File) (*Terminal, error) {
 	if len(spec.Argv) == 0 {
@@ -78,7 +109,17 @@ func Start(spec Spec, transcript *os.File) (*Terminal, error) {
 	}
 	cmd := exec.Command(spec.Argv[0], spec.Argv[1:]...)
 	cmd.Dir, cmd.Env = spec.Dir, spec.Env
-	ptm, err := pty.StartWithSize(cmd, &pty.Winsize{Cols: uint16(spec.Cols), Rows: uint16(spec.Rows)})
+	var ptm *os.File
+	var err error
+	start := func() {
+		ptm, err = pty.StartWithSize(cmd, &pty.Winsize{Cols: uint16(spec.Cols), Rows: uint16(spec.Rows)})
+	}
+	if spec.DieWithParent {
+		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
+		onLastingThread(start)
+	} else {
+		start()
+	}
 	if err != nil {
 		return nil, fmt.Errorf("start %s: %w", spec.Argv[0], err)
 	}

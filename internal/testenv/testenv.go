@@ -2,7 +2,8 @@
 // machine is missing — root, a tool, loop devices, cgroup v2, build outputs, the cached kernel:
 // it skips, saying what to run, or, with CI=true (where nothing the README promises may skip),
 // it fails. Tests ask it instead of deciding for themselves, and every test that reads build
-// outputs finds them through Out. It also reads streams for tests that wait on one (ReadUntil).
+// outputs finds them through Out. It also reads streams for tests that wait on one (ReadUntil),
+// and tells whether a process still runs (Running).
 package testenv
 
 import (
@@ -119,4 +120,15 @@ func Percentile(ds []time.Duration, p int) time.Duration {
 	s := append([]time.Duration(nil), ds...)
 	sort.Slice(s, func(i, j int) bool { return s[i] < s[j] })
 	return s[(len(s)-1)*p/100]
+}
+
+// Running reports whether pid is a process that has not exited. A killed process that is not the
+// caller's child stays a zombie until whoever reaps orphans gets to it, and counts as exited.
+func Running(pid int) bool {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		return false
+	}
+	i := strings.LastIndexByte(string(b), ')')
+	return i < 0 || !strings.HasPrefix(string(b[i+1:]), " Z")
 }

@@ -38,26 +38,11 @@ func rssKiB(t *testing.T, pid string) int {
 	return 0
 }
 
-func hostInstancePID(t *testing.T, f *fixture) string {
-	t.Helper()
-	var res wire.LsResult
-	if err := json.Unmarshal([]byte(f.must(f.mgmt(), "ls", "--json")), &res); err != nil {
-		t.Fatal(err)
-	}
-	for _, in := range res.Instances {
-		if in.Name == "host" {
-			return strconv.Itoa(in.PID)
-		}
-	}
-	t.Fatal("no host instance")
-	return ""
-}
-
 // 50 start/send/screen/clean cycles leave the main daemon (this process) and the instance
 // daemon with at most 8 more descriptors and 32 MiB more resident memory than after the first.
 func TestFiftyCyclesDoNotLeak(t *testing.T) {
 	f := newDaemon(t, boxConfig)
-	inst := hostInstancePID(t, f)
+	inst := strconv.Itoa(hostInstance(t, f).PID)
 	cycle := func(i int) {
 		name := fmt.Sprintf("c%d", i)
 		f.must(f.mgmt(), "start", name, "--instance", "host", "--", "sh")

@@ -25,6 +25,7 @@ type instance struct {
 	sock                 string // the outer path of its listener, which this daemon bound
 	state                string // transcripts and the instance daemon's log
 	cmd                  *exec.Cmd
+	daemonPID            int // the instance daemon's pid here, or 0 if it has a pid namespace of its own
 	exited               chan struct{}
 	valid                bool // false for good once its daemon exited
 	launching            bool // reserved while its init runs; no request sees it until ready
@@ -203,6 +204,7 @@ func (d *Daemon) awaitReady(in *instance, def config.Definition) error {
 			done <- fmt.Errorf("answered as instance %q", h.Instance)
 			return
 		}
+		in.daemonPID = instanceDaemonPID(in.cmd.Process.Pid, h)
 		done <- nil
 	}()
 	timer := time.NewTimer(def.ReadyTimeout)
@@ -270,6 +272,7 @@ func (d *Daemon) watch(in *instance) {
 	}
 	_ = syscall.Kill(-in.cmd.Process.Pid, syscall.SIGKILL)
 	<-in.exited
+	d.killOrphans(in)
 	if was {
 		d.log.Warn("instance daemon exited; instance is invalid", "instance", in.id, "state", in.cmd.ProcessState.String())
 	}
@@ -299,6 +302,7 @@ func (d *Daemon) destroy(in *instance) {
 			_ = syscall.Kill(-in.cmd.Process.Pid, syscall.SIGKILL)
 			<-in.exited
 		}
+		d.killOrphans(in)
 	}
 	d.pool.drop(in.sock)
 	d.cleanupFiles(in, d.cfg.Definitions[in.def])

@@ -96,7 +96,7 @@ func (d *Daemon) start(c *client, a wire.StartArgs) (wire.TermInfo, error) {
 	for _, k := range keys {
 		c.relied[k] = true
 	}
-	sock, instName := in.sock, in.name
+	sock, instName, parent := in.sock, in.name, in.daemonPID
 	d.mu.Unlock()
 	a.ID, a.Instance = tr.id, in.id
 	var info wire.TermInfo
@@ -105,6 +105,11 @@ func (d *Daemon) start(c *client, a wire.StartArgs) (wire.TermInfo, error) {
 		delete(d.terms, a.Name)
 		d.mu.Unlock()
 		return wire.TermInfo{}, err
+	}
+	if id, ok := terminalIdentity(parent, info.PID); ok {
+		d.mu.Lock()
+		tr.proc = id
+		d.mu.Unlock()
 	}
 	info.Instance = instName
 	return info, nil

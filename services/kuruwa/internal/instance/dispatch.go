@@ -17,7 +17,12 @@ import (
 func (s *Server) dispatch(c *wire.Conn, req wire.Request) bool {
 	switch req.Op {
 	case "hello":
-		_ = c.Reply(wire.Hello{Instance: s.ID, PID: unix.Getpid()}, nil)
+		h := wire.Hello{Instance: s.ID, PID: unix.Getpid()}
+		var st unix.Stat_t
+		if unix.Stat("/proc/self/ns/pid", &st) == nil {
+			h.PIDNamespace = st.Ino
+		}
+		_ = c.Reply(h, nil)
 	case "watch":
 		// The creator holds this connection; it ends when this daemon does.
 		_ = c.Reply(struct{}{}, nil)

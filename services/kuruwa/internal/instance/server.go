@@ -186,6 +186,9 @@ func (s *Server) start(a wire.StartArgs) (wire.TermInfo, error) {
 	spec := term.Spec{
 		Argv: argv, Dir: a.Dir, Env: env, Cols: cols, Rows: rows,
 		RingBytes: 1 << 20, ScrollbackLines: 10000,
+		// If this daemon dies instead of ending its terminals, its programs die with it; the
+		// main daemon kills what is left of their process groups (daemon/orphans.go).
+		DieWithParent: true,
 	}
 	transcript := os.NewFile(uintptr(fd), a.ID+".transcript")
 	var t *term.Terminal

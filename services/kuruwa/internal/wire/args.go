@@ -172,4 +172,7 @@ type LsResult struct {
 type Hello struct {
 	Instance string `json:"instance"`
 	PID      int    `json:"pid"`
+	// PIDNamespace is the inode of the instance daemon's pid namespace: the one its terminals'
+	// pids mean something in.
+	PIDNamespace uint64 `json:"pid_namespace"`
 }

@@ -1,0 +1,159 @@
+package daemon
+
+import (
+	"context"
+	"slices"
+	"syscall"
+	"time"
+
+	"github.com/allox-os/allox/services/kuruwa/internal/wire"
+	"github.com/prometheus/procfs"
+)
+
+// An instance daemon is its terminals' parent, and it ends them when it shuts down. When it
+// dies instead — killed, crashed, or killed by one of its own terminals — or hangs and is
+// killed, its terminals' programs are orphaned: each leads a session of its own, outside the
+// instance's process group, and one that ignores SIGHUP (anything under nohup does) keeps
+// running, unsupervised, behind an instance that reports it gone. So this daemon keeps, for
+// every terminal it can see in its own pid namespace, the identity of the program's process
+// (pid and start time), and once the instance daemon is gone it kills what is left of each
+// program's process group — the same groups the instance daemon itself would have ended, and
+// nothing else. A terminal in an instance with a pid namespace of its own needs none of this:
+// that namespace ends with its init.
+
+// orphanWait bounds how long an instance's end waits for killed programs to be gone.
+const orphanWait = time.Second
+
+// procIdentity is a process as this daemon saw it: a pid that is reused names another process,
+// which has another start time.
+type procIdentity struct {
+	pid   int
+	start uint64 // /proc/PID/stat starttime, clock ticks since boot
+}
+
+// instanceDaemonPID returns the pid, in this daemon's pid namespace, of the instance daemon
+// that answered hello h for the init cmdPID, or 0 when its terminals' pids mean nothing here:
+// it reported another pid namespace, or its pid is not cmdPID or a descendant of it.
+func instanceDaemonPID(cmdPID int, h wire.Hello) int {
+	self, err := procfs.Self()
+	if err != nil {
+		return 0
+	}
+	ns, err := self.Namespaces()
+	if err != nil || h.PIDNamespace == 0 || uint64(ns["pid"].Inode) != h.PIDNamespace {
+		return 0
+	}
+	for pid, depth := h.PID, 0; pid > 1 && depth < 16; depth++ {
+		if pid == cmdPID {
+			return h.PID
+		}
+		p, err := procfs.NewProc(pid)
+		if err != nil {
+			return 0
+		}
+		st, err := p.Stat()
+		if err != nil {
+			return 0
+		}
+		pid = st.PPID
+	}
+	return 0
+}
+
+// terminalIdentity returns the identity of the process pid if it is a terminal's program as
+// the instance daemon parent started it: its child and the leader of a session of its own.
+// Anything else — a pid the instance daemon reported wrongly, or a program that already exited
+// and whose pid was reused — is not recorded, so it can never be killed.
+func terminalIdentity(parent, pid int) (procIdentity, bool) {
+	if parent <= 0 || pid <= 0 {
+		return procIdentity{}, false
+	}
+	st, ok := stat(pid)
+	if !ok || st.PPID != parent || st.Session != pid || st.State == "Z" {
+		return procIdentity{}, false
+	}
+	return procIdentity{pid: pid, start: st.Starttime}, true
+}
+
+func stat(pid int) (procfs.ProcStat, bool) {
+	p, err := procfs.NewProc(pid)
+	if err != nil {
+		return procfs.ProcStat{}, false
+	}
+	st, err := p.Stat()
+	return st, err == nil
+}
+
+// groups returns the processes that have not exited, by process group.
+func groups() map[int][]procfs.ProcStat {
+	procs, err := procfs.AllProcs()
+	if err != nil {
+		return nil
+	}
+	gs := map[int][]procfs.ProcStat{}
+	for _, p := range procs {
+		if st, err := p.Stat(); err == nil && st.State != "Z" {
+			gs[st.PGRP] = append(gs[st.PGRP], st)
+		}
+	}
+	return gs
+}
+
+// groupLeft reports whether the process group id's program led is still there in gs: the
+// program itself, or — once it died, as a program started to die with its parent does at
+// once — what it started in its group. A session leader cannot leave its group, and a pid stays
+// taken while a group of that number has a member, so a group of that number whose leader is
+// gone is still the program's; one whose leader is another process (a later start time) is not.
+func (id procIdentity) groupLeft(gs map[int][]procfs.ProcStat) bool {
+	left := false
+	for _, m := range gs[id.pid] {
+		if m.PID == id.pid && m.Starttime != id.start {
+			return false
+		}
+		left = left || m.Session == id.pid
+	}
+	return left
+}
+
+// killOrphans kills what is left of the process group of every terminal program of in, and
+// waits, up to orphanWait, until each group is gone. Call it only once the instance daemon
+// exited: until then it is the programs' parent and ends them itself.
+func (d *Daemon) killOrphans(in *instance) {
+	d.mu.Lock()
+	var ids []procIdentity
+	for _, tr := range d.terms {
+		if tr.inst == in.id && tr.proc.pid != 0 {
+			ids = append(ids, tr.proc)
+		}
+	}
+	d.mu.Unlock()
+	if len(ids) == 0 {
+		return
+	}
+	gs := groups()
+	var killed []procIdentity
+	for _, id := range ids {
+		if id.groupLeft(gs) && syscall.Kill(-id.pid, syscall.SIGKILL) == nil {
+			killed = append(killed, id)
+		}
+	}
+	if len(killed) == 0 {
+		return
+	}
+	d.log.Warn("killed the terminals an instance daemon left running", "instance", in.id, "count", len(killed))
+	// They are no longer this daemon's descendants: whoever reaps orphans reaps them.
+	ctx, cancel := context.WithTimeout(context.Background(), orphanWait)
+	defer cancel()
+	tick := time.NewTicker(5 * time.Millisecond)
+	defer tick.Stop()
+	for len(killed) > 0 {
+		select {
+		case <-ctx.Done():
+			d.log.Warn("killed terminal programs are still running", "instance", in.id, "count", len(killed))
+			return
+		case <-tick.C:
+		}
+		gs = groups()
+		killed = slices.DeleteFunc(killed, func(id procIdentity) bool { return !id.groupLeft(gs) })
+	}
+}
