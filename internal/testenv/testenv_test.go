@@ -1,6 +1,7 @@
 package testenv
 
 import (
+	"flag"
 	"os"
 	"path/filepath"
 	"testing"
@@ -43,5 +44,28 @@ func TestOut(t *testing.T) {
 	}
 	if _, err := os.Stat(filepath.Join(root, "go.mod")); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// make unit (-short) promises no image and no QEMU: a test that needs the built image skips
+// even where the image is built; without -short it runs.
+func TestNeedOutSkipsUnderShort(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "bzImage"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("ALLOX_OUT", dir)
+	t.Setenv("CI", "")
+	was := testing.Short()
+	defer flag.Set("test.short", map[bool]string{true: "true", false: "false"}[was])
+	for _, short := range []bool{true, false} {
+		if err := flag.Set("test.short", map[bool]string{true: "true", false: "false"}[short]); err != nil {
+			t.Fatal(err)
+		}
+		f := &fake{TB: t}
+		NeedOut(f, "bzImage")
+		if (f.skipped != "") != short || f.failed != "" {
+			t.Errorf("-short=%v: skipped %q failed %q", short, f.skipped, f.failed)
+		}
 	}
 }
