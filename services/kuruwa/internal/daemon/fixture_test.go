@@ -57,6 +57,8 @@ type fixture struct {
 	d    *daemon.Daemon
 	dir  string
 	stop func() // stops the daemon (and runs once)
+	// manage is the management entry of a daemon run as its own process (d is nil then).
+	manage string
 }
 
 // newDaemon runs a main daemon on a fresh short directory (socket paths are limited to 108
@@ -104,7 +106,14 @@ func startIn(t *testing.T, dir, hcl string) *fixture {
 	return f
 }
 
-func (f *fixture) mgmt() string             { return f.d.ManagementEntry() }
+// mgmt is the management entry: the in-process daemon's, or manage for a daemon run as its
+// own process.
+func (f *fixture) mgmt() string {
+	if f.d == nil {
+		return f.manage
+	}
+	return f.d.ManagementEntry()
+}
 func (f *fixture) entry(name string) string { return f.d.TenantEntry(name) }
 
 // kw runs the CLI in-process against entry and returns stdout, or the error.

@@ -177,3 +177,49 @@ func withEnv(kv string) []int {
 	}
 	return pids
 }
+
+// A main daemon that is killed (or crashes) cannot shut its instances down, and nothing can
+// reach them after it: each instance daemon sees its creator's watch connection end and shuts
+// down as if asked, ending its terminals — one that ignores SIGHUP and its group's child too.
+func TestMainDaemonKilledTakesItsInstancesWithIt(t *testing.T) {
+	dir, err := os.MkdirTemp("/tmp", "kwk")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	main := exec.Command(kuruwadBin, "daemon", "--dir", dir+"/k")
+	if err := main.Start(); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { _ = main.Process.Kill(); _ = main.Wait() })
+	f := &fixture{t: t, dir: dir, manage: dir + "/k/manage/sock"}
+	for deadline := time.Now().Add(20 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if _, err := f.kw(f.mgmt(), "ls"); err == nil {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("kuruwad did not start")
+		}
+	}
+	pids := deafTerminals(t, f, "exec sleep 60", "left")
+	host := hostInstance(t, f)
+	t.Cleanup(func() {
+		if testenv.Running(host.PID) {
+			_ = syscall.Kill(host.PID, syscall.SIGKILL)
+		}
+	})
+	if err := main.Process.Kill(); err != nil {
+		t.Fatal(err)
+	}
+	_ = main.Wait()
+	deadline := time.Now().Add(10 * time.Second)
+	for _, pid := range append(pids, host.PID) {
+		for testenv.Running(pid) && time.Now().Before(deadline) {
+			time.Sleep(10 * time.Millisecond)
+		}
+		if testenv.Running(pid) {
+			b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+			t.Errorf("pid %d outlived its main daemon by 10 s: %s", pid, b)
+		}
+	}
+}

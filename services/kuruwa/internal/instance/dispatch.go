@@ -24,9 +24,13 @@ func (s *Server) dispatch(c *wire.Conn, req wire.Request) bool {
 		}
 		_ = c.Reply(h, nil)
 	case "watch":
-		// The creator holds this connection; it ends when this daemon does.
+		// The creator holds this connection for as long as it runs. When the connection ends
+		// first, the creator is gone (killed, or crashed) and nothing can reach this instance
+		// any more: it shuts down as if asked, ending its terminals, instead of running on
+		// unreachable.
 		_ = c.Reply(struct{}{}, nil)
 		_, _ = io.Copy(io.Discard, c)
+		s.once.Do(func() { close(s.stop) })
 		return true
 	case "shutdown":
 		_ = c.Reply(struct{}{}, nil)
