@@ -148,16 +148,22 @@ func TestTerminalThatKillsItsInstanceDaemonAtOnceDoesNotOutliveIt(t *testing.T) 
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	var left []int
-	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(10 * time.Millisecond) {
-		left = withEnv("KURUWA_TERMINAL=" + name)
-		if len(left) == 0 || time.Now().After(deadline) {
-			break
-		}
-	}
-	for _, pid := range left {
+	for _, pid := range leftAfter(10*time.Second, "KURUWA_TERMINAL="+name) {
 		_ = syscall.Kill(-pid, syscall.SIGKILL)
 		t.Errorf("pid %d, the terminal's program, outlived its instance daemon by 10 s", pid)
+	}
+}
+
+// leftAfter waits up to d for every process whose environment holds kv to be gone, and
+// returns those still running then.
+func leftAfter(d time.Duration, kv string) []int {
+	deadline := time.Now().Add(d)
+	for {
+		left := withEnv(kv)
+		if len(left) == 0 || time.Now().After(deadline) {
+			return left
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }
 
@@ -221,5 +227,30 @@ func TestMainDaemonKilledTakesItsInstancesWithIt(t *testing.T) {
 			b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
 			t.Errorf("pid %d outlived its main daemon by 10 s: %s", pid, b)
 		}
+	}
+}
+
+// The same attack in the other kinds of instance: one with a pid namespace of its own
+// (bubblewrap), which ends with its init, and one whose init execs the instance daemon in this
+// daemon's namespace (env). The programs are found by the terminal name in their environment.
+func TestInstanceTerminalThatKillsItsInstanceDaemonDoesNotOutliveIt(t *testing.T) {
+	bwrap(t)
+	f := newDaemon(t, boxConfig)
+	for _, def := range []string{"box", "plain"} {
+		t.Run(def, func(t *testing.T) {
+			f.must(f.mgmt(), "instance", "start", def, "--name", def+"-k")
+			name := fmt.Sprintf("k-%s-%d", def, os.Getpid())
+			f.must(f.mgmt(), "start", name, "--instance", def+"-k", "--", "sh", "-c", "trap '' HUP; sleep 60 & echo ready; read x; kill -9 $PPID; exec sleep 60")
+			f.waitScreen(f.mgmt(), name, "ready")
+			if n := len(withEnv("KURUWA_TERMINAL=" + name)); n != 2 {
+				t.Fatalf("%d processes of the terminal, want its shell and its child", n)
+			}
+			_, _ = f.kw(f.mgmt(), "send", name, "go\n")
+			for _, pid := range leftAfter(10*time.Second, "KURUWA_TERMINAL="+name) {
+				_ = syscall.Kill(pid, syscall.SIGKILL)
+				b, _ := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+				t.Errorf("pid %d of the terminal outlived its instance daemon by 10 s: %s", pid, b)
+			}
+		})
 	}
 }
