@@ -61,6 +61,7 @@ type tenant struct {
 type termRef struct {
 	name, id, inst, creator string
 	proc                    procIdentity // its program, when its pid means something here (orphans.go)
+	exited                  bool         // its instance daemon said its program exited
 }
 
 // New prepares a daemon rooted at dir; Run starts it.

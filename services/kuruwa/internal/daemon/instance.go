@@ -243,16 +243,26 @@ func (d *Daemon) logTail(in *instance) string {
 	return "; its output: " + string(b)
 }
 
-// watch holds a connection to the instance daemon and marks the instance invalid for good when
-// that daemon exits or its init does; whatever is left of the instance's process group is killed.
+// watch holds a connection to the instance daemon, on which it hears of every terminal's exit,
+// and marks the instance invalid for good when that daemon exits or its init does; whatever is
+// left of the instance's process group is killed, and of the groups of its terminals that
+// still ran (orphans.go).
 func (d *Daemon) watch(in *instance) {
 	lost := make(chan struct{})
 	if c, err := net.Dial("unix", in.sock); err == nil {
 		defer c.Close()
 		go func() {
 			defer close(lost)
-			if wire.NewConn(c).Call("watch", nil, nil) == nil {
-				_, _ = c.Read(make([]byte, 1))
+			wc := wire.NewConn(c)
+			if wc.Call("watch", nil, nil) != nil {
+				return
+			}
+			for {
+				var ev wire.Exited
+				if wc.Recv(&ev) != nil {
+					return
+				}
+				d.terminalExited(in, ev.ID)
 			}
 		}()
 	} else {

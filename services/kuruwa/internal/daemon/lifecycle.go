@@ -108,7 +108,9 @@ func (d *Daemon) start(c *client, a wire.StartArgs) (wire.TermInfo, error) {
 	}
 	if id, ok := terminalIdentity(parent, info.PID); ok {
 		d.mu.Lock()
-		tr.proc = id
+		if !tr.exited { // the exit can be heard before the start's answer
+			tr.proc = id
+		}
 		d.mu.Unlock()
 	}
 	info.Instance = instName

@@ -16,9 +16,9 @@ import (
 // instance's process group, and one that ignores SIGHUP (anything under nohup does) keeps
 // running, unsupervised, behind an instance that reports it gone. So this daemon keeps, for
 // every terminal it can see in its own pid namespace, the identity of the program's process
-// (pid and start time), and once the instance daemon is gone it kills what is left of each
-// program's process group — the same groups the instance daemon itself would have ended, and
-// nothing else. A terminal in an instance with a pid namespace of its own needs none of this:
+// (pid and start time) until the instance daemon says it exited, and once the instance daemon
+// is gone it kills what is left of each such program's process group — the same groups the
+// instance daemon itself would have ended, and nothing else. A terminal in an instance with a pid namespace of its own needs none of this:
 // that namespace ends with its init.
 
 // orphanWait bounds how long an instance's end waits for killed programs to be gone.
@@ -115,9 +115,23 @@ func (id procIdentity) groupLeft(gs map[int][]procfs.ProcStat) bool {
 	return left
 }
 
-// killOrphans kills what is left of the process group of every terminal program of in, and
-// waits, up to orphanWait, until each group is gone. Call it only once the instance daemon
-// exited: until then it is the programs' parent and ends them itself.
+// terminalExited forgets the identity of a terminal's program once its instance daemon said it
+// exited: what the program left running in its group is not the terminal's any more, and the
+// instance daemon's own shutdown would not signal it either.
+func (d *Daemon) terminalExited(in *instance, id string) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for _, tr := range d.terms {
+		if tr.inst == in.id && tr.id == id {
+			tr.proc, tr.exited = procIdentity{}, true
+		}
+	}
+}
+
+// killOrphans kills what is left of the process group of every terminal program of in that
+// had not exited when its instance daemon went away, and waits, up to orphanWait, until each
+// group is gone. Call it only once the instance daemon exited: until then it is the programs'
+// parent and ends them itself.
 func (d *Daemon) killOrphans(in *instance) {
 	d.mu.Lock()
 	var ids []procIdentity

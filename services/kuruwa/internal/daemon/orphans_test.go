@@ -254,3 +254,34 @@ func TestInstanceTerminalThatKillsItsInstanceDaemonDoesNotOutliveIt(t *testing.T
 		})
 	}
 }
+
+// What a terminal's program leaves running after it exited — a background job that ignores
+// SIGHUP, as `nohup server &` and exit leaves one — is not the terminal's any more: the
+// instance daemon's shutdown never signals an exited terminal, and the orphan handling must not
+// either, though the job is still in the exited program's process group.
+func TestShutdownLeavesWhatAnExitedTerminalLeftRunning(t *testing.T) {
+	f := newDaemon(t, "")
+	f.must(f.mgmt(), "start", "done", "--instance", "host", "--", "sh", "-c", "trap '' HUP; sleep 60 & echo child=$!; sleep 0.2")
+	screen := f.waitScreen(f.mgmt(), "done", "child=")
+	child := atoi(strings.Fields(strings.SplitN(screen, "child=", 2)[1])[0])
+	if child <= 0 {
+		t.Fatalf("no child pid on the screen:\n%s", screen)
+	}
+	t.Cleanup(func() { _ = syscall.Kill(child, syscall.SIGKILL) })
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		var st wire.TermInfo
+		if err := json.Unmarshal([]byte(f.must(f.mgmt(), "status", "done", "--json")), &st); err != nil {
+			t.Fatal(err)
+		}
+		if !st.Running {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("the terminal's program did not exit")
+		}
+	}
+	f.stop()
+	if !testenv.Running(child) {
+		t.Errorf("the shutdown killed pid %d, which the exited terminal's program left running", child)
+	}
+}

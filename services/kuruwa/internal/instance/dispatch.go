@@ -2,7 +2,6 @@ package instance
 
 import (
 	"encoding/json"
-	"io"
 	"strings"
 	"syscall"
 	"time"
@@ -29,7 +28,7 @@ func (s *Server) dispatch(c *wire.Conn, req wire.Request) bool {
 		// any more: it shuts down as if asked, ending its terminals, instead of running on
 		// unreachable.
 		_ = c.Reply(struct{}{}, nil)
-		_, _ = io.Copy(io.Discard, c)
+		s.watch(c)
 		s.once.Do(func() { close(s.stop) })
 		return true
 	case "shutdown":

@@ -3,6 +3,7 @@ package instance
 import (
 	"context"
 	"errors"
+	"io"
 	"net"
 	"os"
 	"sort"
@@ -37,6 +38,9 @@ type Server struct {
 	terms map[string]*entry // by terminal id
 	stop  chan struct{}
 	once  sync.Once
+
+	watchMu  sync.Mutex
+	watchers map[*wire.Conn]bool // the creator's watch connections, told of every exit
 }
 
 type entry struct {
@@ -203,7 +207,34 @@ func (s *Server) start(a wire.StartArgs) (wire.TermInfo, error) {
 		return wire.TermInfo{}, wire.Errorf(wire.CodeBadRequest, "argv", "%v", err)
 	}
 	s.terms[a.ID] = &entry{name: a.Name, t: t}
+	go func() {
+		<-t.Done()
+		s.tellWatchers(wire.Exited{ID: a.ID})
+	}()
 	return s.info(a.ID, s.terms[a.ID]), nil
+}
+
+// watch serves the creator's watch connection until it ends: every exit is sent on it, so the
+// creator knows which terminals' programs still run should this daemon die (daemon/orphans.go).
+func (s *Server) watch(c *wire.Conn) {
+	s.watchMu.Lock()
+	if s.watchers == nil {
+		s.watchers = map[*wire.Conn]bool{}
+	}
+	s.watchers[c] = true
+	s.watchMu.Unlock()
+	_, _ = io.Copy(io.Discard, c)
+	s.watchMu.Lock()
+	delete(s.watchers, c)
+	s.watchMu.Unlock()
+}
+
+func (s *Server) tellWatchers(ev wire.Exited) {
+	s.watchMu.Lock()
+	defer s.watchMu.Unlock()
+	for c := range s.watchers {
+		_ = c.Send(ev)
+	}
 }
 
 func (s *Server) info(id string, e *entry) wire.TermInfo {

@@ -168,6 +168,12 @@ type LsResult struct {
 	Instances []InstanceInfo `json:"instances,omitempty"`
 }
 
+// Exited is what an instance daemon sends its creator on the watch connection once a
+// terminal's program has exited.
+type Exited struct {
+	ID string `json:"exited"`
+}
+
 // Hello is the instance daemon's ready answer.
 type Hello struct {
 	Instance string `json:"instance"`
