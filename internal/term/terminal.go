@@ -74,6 +74,7 @@ type Terminal struct {
 	exited  bool
 	code    int
 	signal  string
+	reaped  chan struct{} // closed when the process has exited
 	done    chan struct{} // closed when the process has exited and its output is drained
 	outDone chan struct{}
 }
@@ -131,7 +132,7 @@ func Start(spec Spec, transcript *os.File) (*Terminal, error) {
 func Attach(spec Spec, proc Process, transcript *os.File) *Terminal {
 	t := &Terminal{
 		proc: proc, transcript: transcript,
-		ring: NewRing(spec.RingBytes), done: make(chan struct{}), outDone: make(chan struct{}),
+		ring: NewRing(spec.RingBytes), done: make(chan struct{}), outDone: make(chan struct{}), reaped: make(chan struct{}),
 	}
 	t.screen = NewScreen(spec.Cols, spec.Rows, spec.ScrollbackLines, func(b []byte) { _, _ = t.write(b) })
 	go t.readOutput()
@@ -172,6 +173,7 @@ func (t *Terminal) wait() {
 	t.mu.Lock()
 	t.exited, t.code, t.signal = true, code, sig
 	t.mu.Unlock()
+	close(t.reaped)
 	drainAndClose(t)
 }
 
@@ -191,6 +193,10 @@ func drainAndClose(t *Terminal) {
 
 // Done is closed once the process exited and its output was consumed.
 func (t *Terminal) Done() <-chan struct{} { return t.done }
+
+// Exited is closed once the process exited, before its output is drained: what it started may
+// hold the terminal open for a while after (Done waits for that, up to a grace).
+func (t *Terminal) Exited() <-chan struct{} { return t.reaped }
 
 // Status reports whether the program runs, and its exit status once it exited.
 func (t *Terminal) Status() Status {

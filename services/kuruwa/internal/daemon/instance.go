@@ -27,8 +27,9 @@ type instance struct {
 	cmd                  *exec.Cmd
 	daemonPID            int // the instance daemon's pid here, or 0 if it has a pid namespace of its own
 	exited               chan struct{}
-	valid                bool // false for good once its daemon exited
-	launching            bool // reserved while its init runs; no request sees it until ready
+	heard                chan struct{} // closed once the watch connection ended: every exit it told has been heard
+	valid                bool          // false for good once its daemon exited
+	launching            bool          // reserved while its init runs; no request sees it until ready
 	destroying           bool
 	cleaned              bool
 }
@@ -59,7 +60,8 @@ func (d *Daemon) createInstance(t *tenant, a wire.InstanceArgs) (*instance, erro
 		d.mu.Unlock()
 		return nil, wire.Errorf(wire.CodeConflict, "name", "an instance named %q exists; choose another name or clean it", name)
 	}
-	in := &instance{id: d.nextID("i"), name: name, def: defName, owner: t.name, agent: a.Agent, session: a.Session, exited: make(chan struct{}), launching: true}
+	in := &instance{id: d.nextID("i"), name: name, def: defName, owner: t.name, agent: a.Agent, session: a.Session,
+		exited: make(chan struct{}), heard: make(chan struct{}), launching: true}
 	in.sock = filepath.Join(d.dir, "inst", in.id, "sock")
 	in.state = filepath.Join(d.dir, "state", in.id)
 	d.instances[in.id] = in // reserved, not valid: no request reaches it yet
@@ -248,7 +250,7 @@ func (d *Daemon) logTail(in *instance) string {
 // left of the instance's process group is killed, and of the groups of its terminals that
 // still ran (orphans.go).
 func (d *Daemon) watch(in *instance) {
-	lost := make(chan struct{})
+	lost := in.heard
 	if c, err := net.Dial("unix", in.sock); err == nil {
 		defer c.Close()
 		go func() {

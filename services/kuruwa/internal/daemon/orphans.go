@@ -18,8 +18,8 @@ import (
 // every terminal it can see in its own pid namespace, the identity of the program's process
 // (pid and start time) until the instance daemon says it exited, and once the instance daemon
 // is gone it kills what is left of each such program's process group — the same groups the
-// instance daemon itself would have ended, and nothing else. A terminal in an instance with a pid namespace of its own needs none of this:
-// that namespace ends with its init.
+// instance daemon itself would have ended, and nothing else. A terminal in an instance with a
+// pid namespace of its own needs none of this: that namespace ends with its init.
 
 // orphanWait bounds how long an instance's end waits for killed programs to be gone.
 const orphanWait = time.Second
@@ -47,12 +47,8 @@ func instanceDaemonPID(cmdPID int, h wire.Hello) int {
 		if pid == cmdPID {
 			return h.PID
 		}
-		p, err := procfs.NewProc(pid)
-		if err != nil {
-			return 0
-		}
-		st, err := p.Stat()
-		if err != nil {
+		st, ok := stat(pid)
+		if !ok {
 			return 0
 		}
 		pid = st.PPID
@@ -133,6 +129,12 @@ func (d *Daemon) terminalExited(in *instance, id string) {
 // group is gone. Call it only once the instance daemon exited: until then it is the programs'
 // parent and ends them itself.
 func (d *Daemon) killOrphans(in *instance) {
+	// The exits the instance daemon told before it ended are all heard once the watch
+	// connection has ended, which it does when the instance daemon does.
+	select {
+	case <-in.heard:
+	case <-time.After(orphanWait):
+	}
 	d.mu.Lock()
 	var ids []procIdentity
 	for _, tr := range d.terms {

@@ -208,7 +208,7 @@ func (s *Server) start(a wire.StartArgs) (wire.TermInfo, error) {
 	}
 	s.terms[a.ID] = &entry{name: a.Name, t: t}
 	go func() {
-		<-t.Done()
+		<-t.Exited()
 		s.tellWatchers(wire.Exited{ID: a.ID})
 	}()
 	return s.info(a.ID, s.terms[a.ID]), nil
