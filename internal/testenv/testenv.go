@@ -16,6 +16,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/prometheus/procfs"
 )
 
 // InCI reports whether CI runs the tests (CI=true): then nothing may skip.
@@ -130,10 +132,10 @@ func Percentile(ds []time.Duration, p int) time.Duration {
 // Running reports whether pid is a process that has not exited. A killed process that is not the
 // caller's child stays a zombie until whoever reaps orphans gets to it, and counts as exited.
 func Running(pid int) bool {
-	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	p, err := procfs.NewProc(pid)
 	if err != nil {
 		return false
 	}
-	i := strings.LastIndexByte(string(b), ')')
-	return i < 0 || !strings.HasPrefix(string(b[i+1:]), " Z")
+	st, err := p.Stat()
+	return err == nil && st.State != "Z"
 }

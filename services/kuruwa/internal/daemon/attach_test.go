@@ -131,11 +131,7 @@ func TestShutdownReapsTerminalsThatIgnoreHangup(t *testing.T) {
 	for _, name := range []string{"deaf1", "deaf2"} {
 		f.must(f.mgmt(), "start", name, "--instance", "host", "--", "sh", "-c", "trap '' HUP; echo pid=$$; exec sleep 60")
 		f.waitScreen(f.mgmt(), name, "pid=")
-		var st wire.TermInfo
-		if err := json.Unmarshal([]byte(f.must(f.mgmt(), "status", name, "--json")), &st); err != nil {
-			t.Fatal(err)
-		}
-		pids = append(pids, st.PID)
+		pids = append(pids, f.status(name).PID)
 	}
 	start := time.Now()
 	f.stop()

@@ -3,6 +3,7 @@ package daemon_test
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -144,6 +145,16 @@ func (f *fixture) dial(entryPath string) *wire.Conn {
 	}
 	f.t.Cleanup(func() { uc.Close() })
 	return wire.NewConn(uc)
+}
+
+// status is the management entry's status of terminal name.
+func (f *fixture) status(name string) wire.TermInfo {
+	f.t.Helper()
+	var st wire.TermInfo
+	if err := json.Unmarshal([]byte(f.must(f.mgmt(), "status", name, "--json")), &st); err != nil {
+		f.t.Fatal(err)
+	}
+	return st
 }
 
 // waitScreen polls the screen of name until it contains want.

@@ -250,11 +250,10 @@ func (d *Daemon) logTail(in *instance) string {
 // left of the instance's process group is killed, and of the groups of its terminals that
 // still ran (orphans.go).
 func (d *Daemon) watch(in *instance) {
-	lost := in.heard
 	if c, err := net.Dial("unix", in.sock); err == nil {
 		defer c.Close()
 		go func() {
-			defer close(lost)
+			defer close(in.heard)
 			wc := wire.NewConn(c)
 			if wc.Call("watch", nil, nil) != nil {
 				return
@@ -268,11 +267,11 @@ func (d *Daemon) watch(in *instance) {
 			}
 		}()
 	} else {
-		close(lost)
+		close(in.heard)
 	}
 	select {
 	case <-in.exited:
-	case <-lost:
+	case <-in.heard:
 	}
 	d.mu.Lock()
 	was, destroying := in.valid, in.destroying

@@ -3,9 +3,11 @@ package daemon
 import (
 	"context"
 	"slices"
+	"sync"
 	"syscall"
 	"time"
 
+	instd "github.com/allox-os/allox/services/kuruwa/internal/instance"
 	"github.com/allox-os/allox/services/kuruwa/internal/wire"
 	"github.com/prometheus/procfs"
 )
@@ -35,12 +37,7 @@ type procIdentity struct {
 // that answered hello h for the init cmdPID, or 0 when its terminals' pids mean nothing here:
 // it reported another pid namespace, or its pid is not cmdPID or a descendant of it.
 func instanceDaemonPID(cmdPID int, h wire.Hello) int {
-	self, err := procfs.Self()
-	if err != nil {
-		return 0
-	}
-	ns, err := self.Namespaces()
-	if err != nil || h.PIDNamespace == 0 || uint64(ns["pid"].Inode) != h.PIDNamespace {
+	if h.PIDNamespace == 0 || h.PIDNamespace != instd.PIDNamespace() {
 		return 0
 	}
 	for pid, depth := h.PID, 0; pid > 1 && depth < 16; depth++ {
@@ -71,8 +68,15 @@ func terminalIdentity(parent, pid int) (procIdentity, bool) {
 	return procIdentity{pid: pid, start: st.Starttime}, true
 }
 
+// proc is /proc, opened once.
+var proc = sync.OnceValues(func() (procfs.FS, error) { return procfs.NewFS(procfs.DefaultMountPoint) })
+
 func stat(pid int) (procfs.ProcStat, bool) {
-	p, err := procfs.NewProc(pid)
+	fs, err := proc()
+	if err != nil {
+		return procfs.ProcStat{}, false
+	}
+	p, err := fs.Proc(pid)
 	if err != nil {
 		return procfs.ProcStat{}, false
 	}
@@ -82,7 +86,11 @@ func stat(pid int) (procfs.ProcStat, bool) {
 
 // groups returns the processes that have not exited, by process group.
 func groups() map[int][]procfs.ProcStat {
-	procs, err := procfs.AllProcs()
+	fs, err := proc()
+	if err != nil {
+		return nil
+	}
+	procs, err := fs.AllProcs()
 	if err != nil {
 		return nil
 	}
@@ -124,25 +132,34 @@ func (d *Daemon) terminalExited(in *instance, id string) {
 	}
 }
 
-// killOrphans kills what is left of the process group of every terminal program of in that
-// had not exited when its instance daemon went away, and waits, up to orphanWait, until each
-// group is gone. Call it only once the instance daemon exited: until then it is the programs'
-// parent and ends them itself.
-func (d *Daemon) killOrphans(in *instance) {
-	// The exits the instance daemon told before it ended are all heard once the watch
-	// connection has ended, which it does when the instance daemon does.
-	select {
-	case <-in.heard:
-	case <-time.After(orphanWait):
-	}
+// recorded returns the identities of in's terminal programs not known to have exited.
+func (d *Daemon) recorded(in *instance) []procIdentity {
 	d.mu.Lock()
+	defer d.mu.Unlock()
 	var ids []procIdentity
 	for _, tr := range d.terms {
 		if tr.inst == in.id && tr.proc.pid != 0 {
 			ids = append(ids, tr.proc)
 		}
 	}
-	d.mu.Unlock()
+	return ids
+}
+
+// killOrphans kills what is left of the process group of every terminal program of in that
+// had not exited when its instance daemon went away, and waits, up to orphanWait, until each
+// group is gone. Call it only once the instance daemon exited: until then it is the programs'
+// parent and ends them itself.
+func (d *Daemon) killOrphans(in *instance) {
+	if len(d.recorded(in)) == 0 {
+		return // an exit heard later only forgets a record: none now, none later
+	}
+	// The exits the instance daemon told before it ended are all heard once the watch
+	// connection has ended, which it does when the instance daemon does.
+	select {
+	case <-in.heard:
+	case <-time.After(orphanWait):
+	}
+	ids := d.recorded(in)
 	if len(ids) == 0 {
 		return
 	}

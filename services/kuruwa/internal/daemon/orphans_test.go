@@ -23,16 +23,8 @@ func deafTerminals(t *testing.T, f *fixture, script string, names ...string) []i
 	var pids []int
 	for _, name := range names {
 		f.must(f.mgmt(), "start", name, "--instance", "host", "--", "sh", "-c", "trap '' HUP; sleep 60 & echo child=$! pid=$$; "+script)
-		screen := f.waitScreen(f.mgmt(), name, "pid=")
-		var st wire.TermInfo
-		if err := json.Unmarshal([]byte(f.must(f.mgmt(), "status", name, "--json")), &st); err != nil {
-			t.Fatal(err)
-		}
-		child := atoi(strings.Fields(strings.SplitN(screen, "child=", 2)[1])[0])
-		if child <= 0 {
-			t.Fatalf("no child pid on the screen of %s:\n%s", name, screen)
-		}
-		for _, pid := range []int{st.PID, child} {
+		child := childOnScreen(t, f.waitScreen(f.mgmt(), name, "pid="))
+		for _, pid := range []int{f.status(name).PID, child} {
 			pids = append(pids, pid)
 			t.Cleanup(func() {
 				if testenv.Running(pid) {
@@ -42,6 +34,17 @@ func deafTerminals(t *testing.T, f *fixture, script string, names ...string) []i
 		}
 	}
 	return pids
+}
+
+// childOnScreen is the pid a terminal's script printed as child=PID.
+func childOnScreen(t *testing.T, screen string) int {
+	t.Helper()
+	_, after, _ := strings.Cut(screen, "child=")
+	if fs := strings.Fields(after); len(fs) > 0 && atoi(fs[0]) > 0 {
+		return atoi(fs[0])
+	}
+	t.Fatalf("no child pid on the screen:\n%s", screen)
+	return 0
 }
 
 func hostInstance(t *testing.T, f *fixture) wire.InstanceInfo {
@@ -262,18 +265,10 @@ func TestInstanceTerminalThatKillsItsInstanceDaemonDoesNotOutliveIt(t *testing.T
 func TestShutdownLeavesWhatAnExitedTerminalLeftRunning(t *testing.T) {
 	f := newDaemon(t, "")
 	f.must(f.mgmt(), "start", "done", "--instance", "host", "--", "sh", "-c", "trap '' HUP; sleep 60 & echo child=$!; sleep 0.2")
-	screen := f.waitScreen(f.mgmt(), "done", "child=")
-	child := atoi(strings.Fields(strings.SplitN(screen, "child=", 2)[1])[0])
-	if child <= 0 {
-		t.Fatalf("no child pid on the screen:\n%s", screen)
-	}
+	child := childOnScreen(t, f.waitScreen(f.mgmt(), "done", "child="))
 	t.Cleanup(func() { _ = syscall.Kill(child, syscall.SIGKILL) })
 	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
-		var st wire.TermInfo
-		if err := json.Unmarshal([]byte(f.must(f.mgmt(), "status", "done", "--json")), &st); err != nil {
-			t.Fatal(err)
-		}
-		if !st.Running {
+		if !f.status("done").Running {
 			break
 		}
 		if time.Now().After(deadline) {

@@ -16,12 +16,7 @@ import (
 func (s *Server) dispatch(c *wire.Conn, req wire.Request) bool {
 	switch req.Op {
 	case "hello":
-		h := wire.Hello{Instance: s.ID, PID: unix.Getpid()}
-		var st unix.Stat_t
-		if unix.Stat("/proc/self/ns/pid", &st) == nil {
-			h.PIDNamespace = st.Ino
-		}
-		_ = c.Reply(h, nil)
+		_ = c.Reply(wire.Hello{Instance: s.ID, PID: unix.Getpid(), PIDNamespace: PIDNamespace()}, nil)
 	case "watch":
 		// The creator holds this connection for as long as it runs. When the connection ends
 		// first, the creator is gone (killed, or crashed) and nothing can reach this instance

@@ -56,7 +56,7 @@ func NewServer(id string, state *os.File) *Server {
 			env = append(env, kv)
 		}
 	}
-	return &Server{ID: id, state: state, env: env, terms: map[string]*entry{}, stop: make(chan struct{})}
+	return &Server{ID: id, state: state, env: env, terms: map[string]*entry{}, stop: make(chan struct{}), watchers: map[*wire.Conn]bool{}}
 }
 
 // Serve accepts connections until ctx ends or a shutdown request arrives, then ends every
@@ -214,13 +214,19 @@ func (s *Server) start(a wire.StartArgs) (wire.TermInfo, error) {
 	return s.info(a.ID, s.terms[a.ID]), nil
 }
 
+// PIDNamespace is the inode of this process's pid namespace, 0 if it cannot be read.
+func PIDNamespace() uint64 {
+	var st unix.Stat_t
+	if unix.Stat("/proc/self/ns/pid", &st) != nil {
+		return 0
+	}
+	return st.Ino
+}
+
 // watch serves the creator's watch connection until it ends: every exit is sent on it, so the
 // creator knows which terminals' programs still run should this daemon die (daemon/orphans.go).
 func (s *Server) watch(c *wire.Conn) {
 	s.watchMu.Lock()
-	if s.watchers == nil {
-		s.watchers = map[*wire.Conn]bool{}
-	}
 	s.watchers[c] = true
 	s.watchMu.Unlock()
 	_, _ = io.Copy(io.Discard, c)
