@@ -3,6 +3,7 @@ package term
 import (
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -97,5 +98,24 @@ func TestKeys(t *testing.T) {
 	}
 	if _, err := Key("Entr"); err == nil || !strings.Contains(err.Error(), "enter") {
 		t.Errorf("unknown key error %v does not list the keys", err)
+	}
+}
+
+// A program that cannot start is an error naming it, and leaves no goroutine behind (no reader,
+// no waiter, no emulator's reply pump).
+func TestStartFailureLeavesNothingRunning(t *testing.T) {
+	before := runtime.NumGoroutine()
+	for range 20 {
+		_, err := Start(Spec{Argv: []string{"/nonexistent/kuruwa-test"}, Cols: 80, Rows: 24, RingBytes: 1 << 10, ScrollbackLines: 10}, nil)
+		if err == nil || !strings.Contains(err.Error(), "start /nonexistent/kuruwa-test") {
+			t.Fatalf("Start of a missing program: %v, want an error naming it", err)
+		}
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for runtime.NumGoroutine() > before {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d goroutines after 20 failed starts, %d before", runtime.NumGoroutine(), before)
+		}
+		time.Sleep(10 * time.Millisecond)
 	}
 }

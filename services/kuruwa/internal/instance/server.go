@@ -202,7 +202,9 @@ func (s *Server) start(a wire.StartArgs) (wire.TermInfo, error) {
 		t, err = term.Start(spec, transcript)
 	}
 	if err != nil {
-		_ = unix.Close(fd)
+		// Through the *os.File, whose finalizer would otherwise close fd again, by then
+		// perhaps another file's.
+		_ = transcript.Close()
 		_ = unix.Unlinkat(int(s.state.Fd()), a.ID+".transcript", 0)
 		return wire.TermInfo{}, wire.Errorf(wire.CodeBadRequest, "argv", "%v", err)
 	}
