@@ -118,11 +118,11 @@ func (s *Screen) Close() {
 }
 
 // Scrollback renders the history above the viewport (oldest first) followed by the viewport.
-func (s *Screen) Scrollback() []string { return strings.Split(s.ScrollbackText(), "\n") }
+func (s *Screen) Scrollback() []string { return strings.Split(string(s.ScrollbackBytes()), "\n") }
 
-// ScrollbackText is Scrollback as one text, its lines joined by newlines: rendered into one
+// ScrollbackBytes is Scrollback as one text, its lines joined by newlines: rendered into one
 // buffer sized first, with no allocation per line or per cell.
-func (s *Screen) ScrollbackText() string {
+func (s *Screen) ScrollbackBytes() []byte {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	cols, rows := s.emu.Width(), s.emu.Height()
@@ -142,7 +142,7 @@ func (s *Screen) ScrollbackText() string {
 		}
 		buf = append(trimBlanks(buf, start), '\n')
 	}
-	return string(s.viewport(buf))
+	return s.viewport(buf)
 }
 
 // Snapshot renders the viewport: one string per row, trailing blanks trimmed.

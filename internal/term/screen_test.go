@@ -186,7 +186,7 @@ func BenchmarkScrollback(b *testing.B) {
 	s.Write([]byte(lines(0, 2000)))
 	b.ReportAllocs()
 	for b.Loop() {
-		if got := len(s.ScrollbackText()); got < 2000*len("row 1999") {
+		if got := len(s.ScrollbackBytes()); got < 2000*len("row 1999") {
 			b.Fatalf("%d bytes", got)
 		}
 	}

@@ -80,7 +80,10 @@ func screen(_ context.Context, c *Context, inv *invocation) error {
 		fmt.Fprintf(c.Stdout, "# cursor=%d,%d alt=%v size=%dx%d\n", res.CursorRow, res.CursorCol, res.Alt, res.Cols, res.Rows)
 	}
 	if inv.has("scrollback") {
-		_, err := io.WriteString(c.Stdout, res.HistoryText+"\n")
+		if _, err := io.WriteString(c.Stdout, res.HistoryText); err != nil {
+			return err
+		}
+		_, err := io.WriteString(c.Stdout, "\n")
 		return err
 	}
 	for _, l := range res.Lines {

@@ -42,7 +42,21 @@ func (s *Server) dispatch(c *wire.Conn, req wire.Request) bool {
 			return s.info(a.ID, e), nil
 		})
 	case "screen":
-		reply(c, req.Args, s.screen)
+		// A full scrollback goes after the reply's line as it is (its size is the history's).
+		a, err := wire.Decode[wire.ScreenArgs](req.Args)
+		var res wire.ScreenResult
+		var history []byte
+		if err == nil {
+			res, history, err = s.screen(a)
+		}
+		switch {
+		case err != nil:
+			_ = c.Reply(nil, err)
+		case a.Scrollback:
+			_ = c.ReplyRaw(res, history)
+		default:
+			_ = c.Reply(res, nil)
+		}
 	case "send":
 		reply(c, req.Args, empty(s.send))
 	case "resize":
@@ -92,16 +106,18 @@ func empty[T any](f func(T) error) func(T) (struct{}, error) {
 	return func(a T) (struct{}, error) { return struct{}{}, f(a) }
 }
 
-func (s *Server) screen(a wire.ScreenArgs) (wire.ScreenResult, error) {
+// screen is the viewport, and with Scrollback the whole history as one text.
+func (s *Server) screen(a wire.ScreenArgs) (wire.ScreenResult, []byte, error) {
 	e, err := s.lookup(a.ID)
 	if err != nil {
-		return wire.ScreenResult{}, err
+		return wire.ScreenResult{}, nil, err
 	}
 	res := wire.ScreenResult{Snapshot: wire.Snapshot(e.t.Screen().Snapshot())}
+	var history []byte
 	if a.Scrollback {
-		res.HistoryText = e.t.Screen().ScrollbackText()
+		history = e.t.Screen().ScrollbackBytes()
 	}
-	return res, nil
+	return res, history, nil
 }
 
 // send writes Text, as one bracketed paste when it spans lines and the program asked for

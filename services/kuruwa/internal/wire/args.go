@@ -81,14 +81,18 @@ type Snapshot struct {
 	Bracketed bool     `json:"bracketed_paste"`
 }
 
-// ScreenResult is a screen. With scrollback the daemons send the history and the viewport as
-// HistoryText, its lines joined by newlines: one string costs far less to encode and decode than
-// thousands. History is that text split into lines, as `kuruwa screen --scrollback --json` prints it.
+// ScreenResult is a screen. With scrollback, HistoryText is the history and the viewport, its
+// lines joined by newlines, which the daemons send after the reply's line as it is (ReceiveRaw
+// takes it): neither escaped nor scanned as JSON. History is that text split into lines, as
+// `kuruwa screen --scrollback --json` prints it.
 type ScreenResult struct {
 	Snapshot
 	HistoryText string   `json:"history_text,omitempty"`
 	History     []string `json:"history,omitempty"`
 }
+
+// ReceiveRaw takes the history, which a reply sends after its line (wire.Conn.ReplyRaw).
+func (r *ScreenResult) ReceiveRaw(raw []byte) { r.HistoryText = string(raw) }
 
 // Status is whether a terminal's program runs, and its exit status once it exited.
 type Status struct {

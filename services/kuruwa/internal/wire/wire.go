@@ -1,7 +1,8 @@
 // Package wire is Kuruwa's protocol between the CLI, the main daemon and the instance daemons:
 // newline-delimited JSON over a Unix stream socket. A client sends one Request and reads one
 // Response; streaming operations (tail, attach, wait) then exchange Frames on the same connection
-// until either side closes it.
+// until either side closes it. A Response may be followed by Raw bytes sent as they are: a large
+// text result (a full scrollback) that JSON would escape on one side and scan twice on the other.
 package wire
 
 import (
@@ -10,6 +11,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"strconv"
 	"time"
 )
 
@@ -19,11 +21,16 @@ type Request struct {
 	Args json.RawMessage `json:"args,omitempty"`
 }
 
-// Response answers a Request: Error is set, or Result is.
+// Response answers a Request: Error is set, or Result is. Raw is the number of bytes that follow
+// the line, unencoded, for a result that is a RawReceiver (ReplyRaw).
 type Response struct {
 	Error  *Error          `json:"error,omitempty"`
 	Result json.RawMessage `json:"result,omitempty"`
+	Raw    int             `json:"raw,omitempty"`
 }
+
+// RawReceiver is a result that takes the bytes its reply sent after the line.
+type RawReceiver interface{ ReceiveRaw(raw []byte) }
 
 // Frame is one message of a stream. Output carries terminal bytes at offset Seq; Input and Size
 // go from an attached client to the terminal; End ends a stream, with the program's status in Exit once
@@ -152,11 +159,53 @@ func (c *Conn) Call(op string, args, out any) error {
 	if err := c.Recv(&resp); err != nil {
 		return fmt.Errorf("%s: reading the reply: %w", op, err)
 	}
-	return resp.result(op, out)
+	// Read whatever follows the line even when out does not want it, so that the connection
+	// stays in step for the next call.
+	raw, err := c.readRaw(resp.Raw)
+	if err != nil {
+		return fmt.Errorf("%s: reading the reply: %w", op, err)
+	}
+	if err := resp.result(op, out); err != nil {
+		return err
+	}
+	return receiveRaw(out, raw)
 }
 
-// CallRaw sends op with args and returns the reply line as the peer sent it, newline included,
-// for a relay that passes a large result on without decoding and re-encoding it.
+// checkRaw refuses a Raw length a peer cannot honestly have sent.
+func checkRaw(n int) error {
+	if n < 0 || n > MaxLine {
+		return Errorf(CodeBadRequest, "raw", "a reply announces %d raw bytes; at most %d may follow a message", n, MaxLine)
+	}
+	return nil
+}
+
+// readRaw reads the n bytes that follow a message.
+func (c *Conn) readRaw(n int) ([]byte, error) {
+	if err := checkRaw(n); err != nil || n == 0 {
+		return nil, err
+	}
+	raw := make([]byte, n)
+	if _, err := io.ReadFull(c.r, raw); err != nil {
+		return nil, fmt.Errorf("%d raw bytes announced: %w", n, err)
+	}
+	return raw, nil
+}
+
+// receiveRaw gives raw to out, which must take it if there is any.
+func receiveRaw(out any, raw []byte) error {
+	if raw == nil {
+		return nil
+	}
+	if r, ok := out.(RawReceiver); ok {
+		r.ReceiveRaw(raw)
+	}
+	return nil
+}
+
+// CallRaw sends op with args and returns the reply as the peer sent it (its line, newline
+// included, and the raw bytes after it), for a relay that passes a large result on without
+// decoding and re-encoding it. Only the line, which holds no large text, is decoded: to check it
+// and to learn how many raw bytes follow.
 func (c *Conn) CallRaw(op string, args any) ([]byte, error) {
 	req, err := EncodeRequest(op, args)
 	if err != nil {
@@ -169,10 +218,17 @@ func (c *Conn) CallRaw(op string, args any) ([]byte, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s: reading the reply: %w", op, err)
 	}
-	if !json.Valid(line) {
-		return nil, fmt.Errorf("%s: reading the reply: %w", op, Errorf(CodeBadRequest, "", "message is not valid JSON"))
+	var h struct {
+		Raw int `json:"raw"`
 	}
-	return line, nil
+	if err := json.Unmarshal(line, &h); err != nil {
+		return nil, fmt.Errorf("%s: reading the reply: %w", op, Errorf(CodeBadRequest, "", "message is not valid JSON: %v", err))
+	}
+	raw, err := c.readRaw(h.Raw)
+	if err != nil {
+		return nil, fmt.Errorf("%s: reading the reply: %w", op, err)
+	}
+	return append(line, raw...), nil
 }
 
 // SendLine writes a message that is already encoded, such as a line CallRaw returned.
@@ -182,7 +238,7 @@ func (c *Conn) SendLine(line []byte) error {
 }
 
 // CallOnce is Call on a connection that carries this one request: it reads no further than the
-// reply's newline and buffers nothing beyond it.
+// reply (its line and the raw bytes the line announces) and buffers nothing beyond it.
 func CallOnce(rw io.ReadWriter, op string, args, out any) error {
 	req, err := EncodeRequest(op, args)
 	if err != nil {
@@ -192,6 +248,7 @@ func CallOnce(rw io.ReadWriter, op string, args, out any) error {
 		return fmt.Errorf("send %s: %w", op, err)
 	}
 	buf := make([]byte, 0, 16<<10)
+	var rest []byte // read past the newline: the start of the raw bytes
 	for start := 0; ; {
 		if len(buf) == cap(buf) {
 			if len(buf) > MaxLine {
@@ -202,7 +259,7 @@ func CallOnce(rw io.ReadWriter, op string, args, out any) error {
 		n, err := rw.Read(buf[len(buf):cap(buf)])
 		buf = buf[:len(buf)+n]
 		if i := bytes.IndexByte(buf[start:], '\n'); i >= 0 {
-			buf = buf[:start+i+1]
+			buf, rest = buf[:start+i+1], buf[start+i+1:]
 			break
 		}
 		start = len(buf)
@@ -217,6 +274,7 @@ func CallOnce(rw io.ReadWriter, op string, args, out any) error {
 	var resp struct {
 		Error  *Error `json:"error,omitempty"`
 		Result any    `json:"result,omitempty"`
+		Raw    int    `json:"raw,omitempty"`
 	}
 	if out != nil {
 		resp.Result = out
@@ -230,7 +288,20 @@ func CallOnce(rw io.ReadWriter, op string, args, out any) error {
 	if resp.Error != nil {
 		return resp.Error
 	}
-	return nil
+	if err := checkRaw(resp.Raw); err != nil {
+		return fmt.Errorf("%s: reading the reply: %w", op, err)
+	}
+	if len(rest) > resp.Raw {
+		return fmt.Errorf("%s: reading the reply: %w", op, Errorf(CodeBadRequest, "raw", "%d bytes follow a reply that announces %d", len(rest), resp.Raw))
+	}
+	if resp.Raw == 0 {
+		return nil
+	}
+	raw := make([]byte, resp.Raw)
+	if _, err := io.ReadFull(rw, raw[copy(raw, rest):]); err != nil {
+		return fmt.Errorf("%s: reading the reply: %d raw bytes announced: %w", op, resp.Raw, err)
+	}
+	return receiveRaw(out, raw)
 }
 
 // EncodeRequest is the line that asks for op with args (nil for none): Request spelt out, so
@@ -280,6 +351,22 @@ func (c *Conn) Reply(result any, err error) error {
 	line := make([]byte, 0, len(b)+len(`{"result":}`)+1)
 	line = append(append(append(line, `{"result":`...), b...), "}\n"...)
 	return c.SendLine(line)
+}
+
+// ReplyRaw sends a Response with result, and raw after its line as it is (one write), for a
+// result that is a RawReceiver: its peer gives raw to the result it decodes.
+func (c *Conn) ReplyRaw(result any, raw []byte) error {
+	if len(raw) > MaxLine {
+		return c.Reply(nil, Errorf(CodeInternal, "", "the history is %d bytes, more than the %d one reply carries; read it with kuruwa transcript instead", len(raw), MaxLine))
+	}
+	b, err := json.Marshal(result)
+	if err != nil {
+		return c.Reply(nil, err)
+	}
+	msg := make([]byte, 0, len(b)+len(raw)+48)
+	msg = append(append(msg, `{"result":`...), b...)
+	msg = strconv.AppendInt(append(msg, `,"raw":`...), int64(len(raw)), 10)
+	return c.SendLine(append(append(msg, "}\n"...), raw...))
 }
 
 // Decode decodes a request's arguments, refusing unknown fields so a misspelt argument is an

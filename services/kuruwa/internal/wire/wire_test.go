@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"io"
 	"net"
 	"strings"
@@ -132,5 +133,135 @@ func TestCallOnce(t *testing.T) {
 			err := CallOnce(a, "screen", ScreenArgs{Name: "t"}, &out)
 			c.check(t, out, err)
 		})
+	}
+}
+
+// rawHistory is a history as a terminal can leave it: newlines, escapes, NULs, invalid UTF-8,
+// and text that looks like a message.
+var rawHistory = append(bytes.Repeat([]byte("line\n\x1b[1m\x00\xff\xfe"), 5000), `{"result":{}}`+"\n"...)
+
+// serveReply answers every request on b with reply (written in pieces of at most piece bytes)
+// until b is closed.
+func serveReply(b net.Conn, reply []byte, piece int) {
+	defer b.Close()
+	r := bufio.NewReader(b)
+	for {
+		if _, err := r.ReadBytes('\n'); err != nil {
+			return
+		}
+		for p := reply; len(p) > 0; {
+			n := min(len(p), piece)
+			if _, err := b.Write(p[:n]); err != nil {
+				return
+			}
+			p = p[n:]
+		}
+	}
+}
+
+// replyRaw is the message ReplyRaw sends for res and raw.
+func replyRaw(t *testing.T, res any, raw []byte) []byte {
+	t.Helper()
+	a, b := net.Pipe()
+	defer a.Close()
+	go func() { defer b.Close(); _ = NewConn(b).ReplyRaw(res, raw) }()
+	msg, err := io.ReadAll(a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return msg
+}
+
+// A history sent after the reply's line arrives byte for byte in HistoryText, through CallOnce
+// (the CLI) however the writes split it, through Call (a pooled connection) without putting the
+// connection out of step for the next call even when the caller takes no result, and through
+// CallRaw (the main daemon's relay) as exactly what was sent.
+func TestRawBytesAfterTheReply(t *testing.T) {
+	msg := replyRaw(t, ScreenResult{Snapshot: Snapshot{Cols: 80, Rows: 24}}, rawHistory)
+	if i := bytes.IndexByte(msg, '\n'); !bytes.Equal(msg[i+1:], rawHistory) {
+		t.Fatalf("ReplyRaw sent %d bytes after its line, want the %d of the history as they are", len(msg)-i-1, len(rawHistory))
+	}
+	for _, piece := range []int{1 << 20, 4096, 7} {
+		a, b := net.Pipe()
+		go serveReply(b, msg, piece)
+		var res ScreenResult
+		if err := CallOnce(a, "screen", ScreenArgs{Name: "t", Scrollback: true}, &res); err != nil {
+			t.Fatalf("CallOnce, pieces of %d: %v", piece, err)
+		}
+		a.Close()
+		if res.HistoryText != string(rawHistory) || res.Cols != 80 {
+			t.Fatalf("CallOnce, pieces of %d: %d bytes of history, cols %d", piece, len(res.HistoryText), res.Cols)
+		}
+	}
+	a, b := net.Pipe()
+	go serveReply(b, msg, 4096)
+	c := NewConn(a)
+	defer c.Close()
+	for i, out := range []*ScreenResult{nil, {}, {}} {
+		var err error
+		if out == nil {
+			err = c.Call("screen", ScreenArgs{Name: "t"}, nil)
+		} else {
+			err = c.Call("screen", ScreenArgs{Name: "t"}, out)
+		}
+		if err != nil || (out != nil && out.HistoryText != string(rawHistory)) {
+			t.Fatalf("Call %d on one connection: %v", i, err)
+		}
+	}
+	for i := range 2 {
+		got, err := c.CallRaw("screen", ScreenArgs{Name: "t"})
+		if err != nil || !bytes.Equal(got, msg) {
+			t.Fatalf("CallRaw %d: %v; relayed %d bytes, want the %d sent", i, err, len(got), len(msg))
+		}
+	}
+}
+
+// A peer that lies about what follows its line is an error on every reading side: a length below
+// zero or above MaxLine (never allocated), fewer bytes than announced, and (on a one-request
+// connection) more.
+func TestRawLengthMustBeHonest(t *testing.T) {
+	cases := []struct {
+		name, reply, want string
+	}{
+		{"negative", `{"result":{},"raw":-1}` + "\n", "announces -1 raw bytes"},
+		{"too large", fmt.Sprintf(`{"result":{},"raw":%d}`, MaxLine+1) + "\n", "raw bytes; at most"},
+		{"short", `{"result":{},"raw":10}` + "\nabc", "10 raw bytes announced"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			for via, call := range map[string]func(net.Conn) error{
+				"CallOnce": func(a net.Conn) error { var r ScreenResult; return CallOnce(a, "screen", nil, &r) },
+				"Call":     func(a net.Conn) error { var r ScreenResult; return NewConn(a).Call("screen", nil, &r) },
+				"CallRaw":  func(a net.Conn) error { _, err := NewConn(a).CallRaw("screen", nil); return err },
+			} {
+				a, b := net.Pipe()
+				go func() {
+					_, _ = bufio.NewReader(b).ReadBytes('\n')
+					_, _ = b.Write([]byte(c.reply))
+					b.Close()
+				}()
+				err := call(a)
+				a.Close()
+				if err == nil || !strings.Contains(err.Error(), c.want) {
+					t.Errorf("%s: %v, want an error saying %q", via, err, c.want)
+				}
+			}
+		})
+	}
+	a, b := net.Pipe()
+	go serveReply(b, []byte(`{"result":{},"raw":3}`+"\nabcdef"), 1<<20)
+	defer a.Close()
+	var r ScreenResult
+	if err := CallOnce(a, "screen", nil, &r); err == nil || !strings.Contains(err.Error(), "6 bytes follow a reply that announces 3") {
+		t.Fatalf("CallOnce with more bytes than announced: %v", err)
+	}
+}
+
+// ReplyRaw refuses to send more than a reader takes, with an error reply instead.
+func TestReplyRawRefusesMoreThanMaxLine(t *testing.T) {
+	msg := replyRaw(t, ScreenResult{}, make([]byte, MaxLine+1))
+	var resp Response
+	if err := json.Unmarshal(msg, &resp); err != nil || resp.Error == nil || resp.Raw != 0 || !strings.Contains(resp.Error.Message, "history") {
+		t.Fatalf("ReplyRaw of MaxLine+1 bytes sent %.200q (%v), want one error line", msg, err)
 	}
 }
