@@ -67,7 +67,7 @@ func screen(_ context.Context, c *Context, inv *invocation) error {
 		return err
 	}
 	var res wire.ScreenResult
-	if err := c.call(inv, "screen", wire.ScreenArgs{Name: name, Scrollback: inv.has("scrollback")}, &res); err != nil {
+	if err := c.call(inv, "screen", wire.ScreenArgs{Name: name, Scrollback: inv.has("scrollback"), Raw: true}, &res); err != nil {
 		return err
 	}
 	if inv.has("json") {

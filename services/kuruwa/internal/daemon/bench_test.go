@@ -86,7 +86,7 @@ func BenchmarkKuruwaVersusTmux(b *testing.B) {
 		{"scrollback", func(int) error { return kw("screen", "main", "--scrollback") },
 			func(int) error { return tm("capture-pane", "-p", "-S", "-", "-t", "main") },
 			func(c *wire.Conn) error {
-				return c.Call("screen", wire.ScreenArgs{Name: "main", Scrollback: true}, nil)
+				return c.Call("screen", wire.ScreenArgs{Name: "main", Scrollback: true, Raw: true}, nil)
 			}},
 		{"create", func(int) error {
 			n := fresh()

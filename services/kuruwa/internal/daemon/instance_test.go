@@ -1,6 +1,7 @@
 package daemon_test
 
 import (
+	"bytes"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -261,7 +262,8 @@ func TestRestartNeverRevivesGrantsOrIDs(t *testing.T) {
 }
 
 // screen --scrollback prints the whole history and the viewport, every line once and in order,
-// as text and as --json's history; the daemons carry it as one text (wire.ScreenResult).
+// as text and as --json's history; the daemons carry it as one text (wire.ScreenResult), raw
+// after the reply's line for the CLI.
 func TestScrollbackPrintsEveryLineInOrder(t *testing.T) {
 	f := newDaemon(t, boxConfig)
 	f.must(f.mgmt(), "run", "sb", "--instance", "host", "--rows", "10", "--", "sh", "-c", "i=1; while [ $i -le 300 ]; do echo \"line $i  \"; i=$((i+1)); done")
@@ -290,5 +292,32 @@ func TestScrollbackPrintsEveryLineInOrder(t *testing.T) {
 		if len(got) != 301 || got[300] != "" { // the viewport ends with the cursor's empty row
 			t.Errorf("%s: %d lines, want the 300 printed and the cursor's empty row", form, len(got))
 		}
+	}
+}
+
+// A client that does not ask for the history as raw bytes (a client older than them) gets it in
+// history_text, the same text, and nothing after the reply's line: it never receives a history it
+// cannot see.
+func TestScrollbackWithoutRawIsInTheResult(t *testing.T) {
+	f := newDaemon(t, boxConfig)
+	f.must(f.mgmt(), "run", "sb", "--instance", "host", "--", "sh", "-c", "i=1; while [ $i -le 300 ]; do echo line $i; i=$((i+1)); done")
+	conn := f.dial(f.mgmt())
+	var raw, plain wire.ScreenResult
+	if err := conn.Call("screen", wire.ScreenArgs{Name: "sb", Scrollback: true, Raw: true}, &raw); err != nil {
+		t.Fatal(err)
+	}
+	line, err := conn.CallRaw("screen", wire.ScreenArgs{Name: "sb", Scrollback: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if i := bytes.IndexByte(line, '\n'); i != len(line)-1 {
+		t.Fatalf("%d bytes after the reply's line for a client that did not ask for raw bytes", len(line)-1-i)
+	}
+	var resp wire.Response
+	if err := json.Unmarshal(line, &resp); err != nil || json.Unmarshal(resp.Result, &plain) != nil {
+		t.Fatalf("reply %.200q: %v", line, err)
+	}
+	if !strings.Contains(raw.HistoryText, "line 300") || plain.HistoryText != raw.HistoryText {
+		t.Fatalf("history_text %d bytes, raw %d bytes; want the same history with line 300", len(plain.HistoryText), len(raw.HistoryText))
 	}
 }

@@ -87,6 +87,7 @@ type termArgs struct {
 	Cols       int  `json:"cols,omitempty"`
 	Rows       int  `json:"rows,omitempty"`
 	Scrollback bool `json:"scrollback,omitempty"`
+	Raw        bool `json:"raw,omitempty"`
 }
 
 // manageArgs is the union of cancel's and clean's arguments.
@@ -116,7 +117,7 @@ func (d *Daemon) termOp(c *client, req wire.Request) {
 	case "screen":
 		// Relayed as the instance daemon encoded it, result or error, without decoding it: a
 		// full scrollback is large.
-		line, err := d.callRaw(tg.sock, "screen", wire.ScreenArgs{ID: id, Scrollback: a.Scrollback})
+		line, err := d.callRaw(tg.sock, "screen", wire.ScreenArgs{ID: id, Scrollback: a.Scrollback, Raw: a.Raw})
 		if err != nil {
 			_ = c.reply(nil, err)
 			return

@@ -42,7 +42,7 @@ func (s *Server) dispatch(c *wire.Conn, req wire.Request) bool {
 			return s.info(a.ID, e), nil
 		})
 	case "screen":
-		// A full scrollback goes after the reply's line as it is (its size is the history's).
+		// A full scrollback goes after the reply's line as it is, to a client that takes it so.
 		a, err := wire.Decode[wire.ScreenArgs](req.Args)
 		var res wire.ScreenResult
 		var history []byte
@@ -52,8 +52,11 @@ func (s *Server) dispatch(c *wire.Conn, req wire.Request) bool {
 		switch {
 		case err != nil:
 			_ = c.Reply(nil, err)
-		case a.Scrollback:
+		case a.Scrollback && a.Raw:
 			_ = c.ReplyRaw(res, history)
+		case a.Scrollback:
+			res.HistoryText = string(history)
+			_ = c.Reply(res, nil)
 		default:
 			_ = c.Reply(res, nil)
 		}

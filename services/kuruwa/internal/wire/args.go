@@ -62,11 +62,15 @@ type CleanArgs struct {
 	Force    bool   `json:"force,omitempty"`
 }
 
-// ScreenArgs asks for the viewport, or the whole history with Scrollback.
+// ScreenArgs asks for the viewport, or the whole history with Scrollback. Raw says the client
+// takes the history as raw bytes after the reply's line (ScreenResult.ReceiveRaw); a client that
+// does not say so gets it in the result's history_text, so that none receives a history it
+// cannot see.
 type ScreenArgs struct {
 	Name       string `json:"name"`
 	ID         string `json:"id,omitempty"`
 	Scrollback bool   `json:"scrollback,omitempty"`
+	Raw        bool   `json:"raw,omitempty"`
 }
 
 // Snapshot is a terminal's viewport as text, with the cursor, the alternate-screen flag and
