@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"net"
 	"os"
@@ -221,12 +222,21 @@ func (d *Daemon) awaitReady(in *instance, def config.Definition) error {
 			return d.initFailed(in, def)
 		case <-time.After(100 * time.Millisecond):
 		}
+		// The hello waits in the listen queue until no daemon has answered by the ready
+		// deadline: its timeout is the ready timer's, which it may beat by a moment.
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			return d.neverReady(in, def)
+		}
 		return wire.Errorf(wire.CodeInternal, "definition", "definition %s: instance daemon did not become ready: %v%s", def.Name, err, d.logTail(in))
 	case <-in.exited:
 		return d.initFailed(in, def)
 	case <-timer.C:
-		return wire.Errorf(wire.CodeInternal, "definition", "definition %s: instance never became ready within %s (ready_timeout); the init must run the instance daemon with descriptor 3 open%s", def.Name, def.ReadyTimeout, d.logTail(in))
+		return d.neverReady(in, def)
 	}
+}
+
+func (d *Daemon) neverReady(in *instance, def config.Definition) error {
+	return wire.Errorf(wire.CodeInternal, "definition", "definition %s: instance never became ready within %s (ready_timeout); the init must run the instance daemon with descriptor 3 open%s", def.Name, def.ReadyTimeout, d.logTail(in))
 }
 
 func (d *Daemon) initFailed(in *instance, def config.Definition) error {
