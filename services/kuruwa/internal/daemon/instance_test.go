@@ -129,12 +129,6 @@ definition "broken" {
 // same moment; whichever it hears of first, the answer is the same. (It once said "did not
 // become ready: ... i/o timeout" when the hello's timeout won, about one start in ten under the
 // race detector; hence 30 starts.)
-// An init that never runs the instance daemon is killed and its instance never handed out, and
-// the answer is "never became ready" every time. The main daemon's hello to it waits in the
-// listen queue until the ready deadline, so the hello's timeout and the ready timer end at the
-// same moment; whichever it hears of first, the answer is the same. (It once said "did not
-// become ready: ... i/o timeout" when the hello's timeout won, about one start in ten under the
-// race detector; hence 30 starts.)
 func TestNeverReadyInstanceIsKilledAndNotHandedOut(t *testing.T) {
 	f := newDaemon(t, boxConfig+`
 definition "stuck" {

@@ -54,10 +54,8 @@ func (s *Server) dispatch(c *wire.Conn, req wire.Request) bool {
 			_ = c.Reply(nil, err)
 		case a.Scrollback && a.Raw:
 			_ = c.ReplyRaw(res, history)
-		case a.Scrollback:
-			res.HistoryText = string(history)
-			_ = c.Reply(res, nil)
 		default:
+			res.HistoryText = string(history) // empty without Scrollback
 			_ = c.Reply(res, nil)
 		}
 	case "send":

@@ -161,14 +161,15 @@ func (c *Conn) Call(op string, args, out any) error {
 	}
 	// Read whatever follows the line even when out does not want it, so that the connection
 	// stays in step for the next call.
-	raw, err := c.readRaw(resp.Raw)
+	raw, err := readRaw(c.r, resp.Raw)
 	if err != nil {
 		return fmt.Errorf("%s: reading the reply: %w", op, err)
 	}
 	if err := resp.result(op, out); err != nil {
 		return err
 	}
-	return receiveRaw(out, raw)
+	giveRaw(out, raw)
+	return nil
 }
 
 // checkRaw refuses a Raw length a peer cannot honestly have sent.
@@ -179,27 +180,24 @@ func checkRaw(n int) error {
 	return nil
 }
 
-// readRaw reads the n bytes that follow a message.
-func (c *Conn) readRaw(n int) ([]byte, error) {
+// readRaw reads from r the n bytes that follow a message.
+func readRaw(r io.Reader, n int) ([]byte, error) {
 	if err := checkRaw(n); err != nil || n == 0 {
 		return nil, err
 	}
 	raw := make([]byte, n)
-	if _, err := io.ReadFull(c.r, raw); err != nil {
+	if _, err := io.ReadFull(r, raw); err != nil {
 		return nil, fmt.Errorf("%d raw bytes announced: %w", n, err)
 	}
 	return raw, nil
 }
 
-// receiveRaw gives raw to out, which must take it if there is any.
-func receiveRaw(out any, raw []byte) error {
-	if raw == nil {
-		return nil
-	}
-	if r, ok := out.(RawReceiver); ok {
+// giveRaw gives raw, if there is any, to out if out takes raw bytes; a caller that asked for no
+// result (out nil) drops them.
+func giveRaw(out any, raw []byte) {
+	if r, ok := out.(RawReceiver); ok && raw != nil {
 		r.ReceiveRaw(raw)
 	}
-	return nil
 }
 
 // CallRaw sends op with args and returns the reply as the peer sent it (its line, newline
@@ -224,7 +222,7 @@ func (c *Conn) CallRaw(op string, args any) ([]byte, error) {
 	if err := json.Unmarshal(line, &h); err != nil {
 		return nil, fmt.Errorf("%s: reading the reply: %w", op, Errorf(CodeBadRequest, "", "message is not valid JSON: %v", err))
 	}
-	raw, err := c.readRaw(h.Raw)
+	raw, err := readRaw(c.r, h.Raw)
 	if err != nil {
 		return nil, fmt.Errorf("%s: reading the reply: %w", op, err)
 	}
@@ -294,14 +292,12 @@ func CallOnce(rw io.ReadWriter, op string, args, out any) error {
 	if len(rest) > resp.Raw {
 		return fmt.Errorf("%s: reading the reply: %w", op, Errorf(CodeBadRequest, "raw", "%d bytes follow a reply that announces %d", len(rest), resp.Raw))
 	}
-	if resp.Raw == 0 {
-		return nil
+	raw, err := readRaw(io.MultiReader(bytes.NewReader(rest), rw), resp.Raw)
+	if err != nil {
+		return fmt.Errorf("%s: reading the reply: %w", op, err)
 	}
-	raw := make([]byte, resp.Raw)
-	if _, err := io.ReadFull(rw, raw[copy(raw, rest):]); err != nil {
-		return fmt.Errorf("%s: reading the reply: %d raw bytes announced: %w", op, resp.Raw, err)
-	}
-	return receiveRaw(out, raw)
+	giveRaw(out, raw)
+	return nil
 }
 
 // EncodeRequest is the line that asks for op with args (nil for none): Request spelt out, so
