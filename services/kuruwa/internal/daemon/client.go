@@ -55,7 +55,7 @@ func (c *client) revoked(key string) {
 
 func (d *Daemon) accept(t *tenant, ln net.Listener) {
 	for {
-		nc, err := ln.Accept()
+		nc, err := wire.Accept(ln)
 		if err != nil {
 			return
 		}

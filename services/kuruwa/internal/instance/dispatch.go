@@ -83,7 +83,7 @@ func (s *Server) dispatch(c *wire.Conn, req wire.Request) bool {
 			return s.transcript(c, a)
 		default:
 			_ = c.Reply(struct{}{}, nil)
-			follow(c, e.t, a.From, a.Follow)
+			follow(c, e.t, a.From, a.Follow, clientGone(c))
 		}
 		return true
 	default:
@@ -192,8 +192,22 @@ func (s *Server) signal(a wire.SignalArgs) error {
 	return nil
 }
 
-// follow streams output from offset from; without follow it stops at the current end.
-func follow(c *wire.Conn, t *term.Terminal, from uint64, keep bool) {
+// clientGone is closed once the client of a stream that sends nothing after its request hangs
+// up (or sends anything at all): a follower waiting on a quiet terminal would otherwise notice
+// only at the terminal's next output, holding the connection and its goroutine until then.
+func clientGone(c *wire.Conn) <-chan struct{} {
+	gone := make(chan struct{})
+	go func() {
+		defer close(gone)
+		var f wire.Frame
+		_ = c.Recv(&f)
+	}()
+	return gone
+}
+
+// follow streams output from offset from; without follow it stops at the current end. It ends
+// when gone is closed, the client having left.
+func follow(c *wire.Conn, t *term.Terminal, from uint64, keep bool, gone <-chan struct{}) {
 	for {
 		data, next, changed, closed, err := t.Ring().ReadFrom(from)
 		if err != nil {
@@ -215,7 +229,11 @@ func follow(c *wire.Conn, t *term.Terminal, from uint64, keep bool) {
 			_ = c.Send(wire.Frame{Next: from, End: true, Exit: &st.ExitCode})
 			return
 		}
-		<-changed
+		select {
+		case <-changed:
+		case <-gone:
+			return
+		}
 	}
 }
 
@@ -227,7 +245,9 @@ func (s *Server) attach(c *wire.Conn, t *term.Terminal) {
 	if err := c.Send(wire.Frame{Seq: from, Output: []byte(snap.Render())}); err != nil {
 		return
 	}
+	gone := make(chan struct{})
 	go func() {
+		defer close(gone)
 		for {
 			var f wire.Frame
 			if err := c.Recv(&f); err != nil {
@@ -242,7 +262,7 @@ func (s *Server) attach(c *wire.Conn, t *term.Terminal) {
 			}
 		}
 	}()
-	follow(c, t, from, true)
+	follow(c, t, from, true, gone)
 }
 
 func (s *Server) transcript(c *wire.Conn, a wire.TailArgs) bool {

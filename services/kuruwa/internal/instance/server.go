@@ -70,7 +70,7 @@ func (s *Server) Serve(ctx context.Context, ln net.Listener) error {
 		_ = ln.Close()
 	}()
 	for {
-		c, err := ln.Accept()
+		c, err := wire.Accept(ln)
 		if err != nil {
 			s.killAll()
 			select {
