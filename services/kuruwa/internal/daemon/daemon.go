@@ -46,6 +46,10 @@ type Daemon struct {
 	closing   bool
 	wg        sync.WaitGroup
 	pool      instancePool // idle connections to instance daemons
+
+	// hook, set only by tests (export_test.go), runs at the named points where a request has
+	// released mu between two steps, so that a test can run another request in that window.
+	hook atomic.Pointer[func(point string)]
 }
 
 type tenant struct {
@@ -62,6 +66,7 @@ type termRef struct {
 	name, id, inst, creator string
 	proc                    procIdentity // its program, when its pid means something here (orphans.go)
 	exited                  bool         // its instance daemon said its program exited
+	starting                bool         // reserved by a start its instance daemon has not answered
 }
 
 // New prepares a daemon rooted at dir; Run starts it.
@@ -199,6 +204,13 @@ func (d *Daemon) shutdown() {
 		d.destroy(in)
 	}
 	d.wg.Wait()
+}
+
+// at runs the test hook, if any, at point.
+func (d *Daemon) at(point string) {
+	if h := d.hook.Load(); h != nil {
+		(*h)(point)
+	}
 }
 
 func sortedKeys[V any](m map[string]V) []string { return slices.Sorted(maps.Keys(m)) }

@@ -13,6 +13,9 @@ func (d *Daemon) ls(c *client) wire.LsResult {
 	var res wire.LsResult
 	gone := map[string]bool{}
 	for _, tr := range d.terms {
+		if tr.starting { // not in its instance daemon's list yet, and not gone
+			continue
+		}
 		if _, err := d.canAccess(c.tenant, tr); err != nil {
 			continue
 		}
@@ -44,7 +47,12 @@ func (d *Daemon) ls(c *client) wire.LsResult {
 	d.mu.Unlock()
 	for sock, refs := range bySock {
 		var all []wire.TermInfo
-		_ = d.call(sock, "ls", nil, &all)
+		if err := d.call(sock, "ls", nil, &all); err != nil {
+			// No answer says nothing of its terminals: they are left out, not listed as gone
+			// (which gc would forget).
+			d.log.Warn("instance daemon did not answer ls; its terminals are left out", "instance", refs[0].inst, "err", err)
+			continue
+		}
 		byID := map[string]wire.TermInfo{}
 		for _, ti := range all {
 			byID[ti.ID] = ti
@@ -91,7 +99,7 @@ func (d *Daemon) start(c *client, a wire.StartArgs) (wire.TermInfo, error) {
 		d.mu.Unlock()
 		return wire.TermInfo{}, wire.Errorf(wire.CodeConflict, "name", "a terminal named %q exists in this daemon; choose another name or clean it", a.Name)
 	}
-	tr := &termRef{name: a.Name, id: d.nextID("t"), inst: in.id, creator: c.tenant.name}
+	tr := &termRef{name: a.Name, id: d.nextID("t"), inst: in.id, creator: c.tenant.name, starting: true}
 	d.terms[a.Name] = tr
 	for _, k := range keys {
 		c.relied[k] = true
@@ -100,19 +108,20 @@ func (d *Daemon) start(c *client, a wire.StartArgs) (wire.TermInfo, error) {
 	d.mu.Unlock()
 	a.ID, a.Instance = tr.id, in.id
 	var info wire.TermInfo
+	d.at("start.reserved")
 	if err := d.call(sock, "start", a, &info); err != nil {
 		d.mu.Lock()
 		delete(d.terms, a.Name)
 		d.mu.Unlock()
 		return wire.TermInfo{}, err
 	}
-	if id, ok := terminalIdentity(parent, info.PID); ok {
-		d.mu.Lock()
-		if !tr.exited { // the exit can be heard before the start's answer
-			tr.proc = id
-		}
-		d.mu.Unlock()
+	id, known := terminalIdentity(parent, info.PID)
+	d.mu.Lock()
+	tr.starting = false
+	if known && !tr.exited { // the exit can be heard before the start's answer
+		tr.proc = id
 	}
+	d.mu.Unlock()
 	info.Instance = instName
 	return info, nil
 }
