@@ -152,7 +152,8 @@ func (d *Daemon) manageOp(c *client, req wire.Request) {
 	}
 	check := func(t *tenant, tr *termRef) ([]string, error) { return d.canManageTerm(t, tr, req.Op) }
 	if req.Op == "clean" {
-		if err := d.cleanGone(c, a.Name, check); err == nil {
+		if ref, err := d.cleanGone(c, a.Name, a.ID, check); err == nil {
+			d.forgetTerm(ref)
 			_ = c.reply(struct{}{}, nil)
 			return
 		}
@@ -174,22 +175,26 @@ func (d *Daemon) manageOp(c *client, req wire.Request) {
 	_ = c.reply(struct{}{}, nil)
 }
 
-// cleanGone removes a terminal whose instance is gone (nothing to ask the instance daemon).
-func (d *Daemon) cleanGone(c *client, name string, check termCheck) error {
+// cleanGone finds, for clean, a terminal whose instance is gone (nothing to ask the instance
+// daemon), to be forgotten. Any other terminal, or a stale id, is an error, left to resolve to
+// serve or refuse.
+func (d *Daemon) cleanGone(c *client, name, id string, check termCheck) (termRef, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	tr := d.terms[name]
 	if tr == nil {
-		return d.noTerminal(c.tenant, name)
+		return termRef{}, d.noTerminal(c.tenant, name)
 	}
 	if _, err := check(c.tenant, tr); err != nil {
-		return err
+		return termRef{}, err
 	}
-	if in := d.instances[tr.inst]; in != nil && in.valid {
-		return wire.Errorf(wire.CodeConflict, "name", "instance of %s is alive", name)
+	if id != "" && id != tr.id {
+		return termRef{}, wire.Errorf(wire.CodeGone, "id", "terminal id %s is not the terminal now named %s", id, name)
 	}
-	delete(d.terms, name)
-	return nil
+	if in := d.instances[tr.inst]; tr.starting || in != nil && in.valid {
+		return termRef{}, wire.Errorf(wire.CodeConflict, "name", "instance of %s is alive", name)
+	}
+	return *tr, nil
 }
 
 // forgetTerm drops a cleaned terminal's name and every grant on it, closing the connections

@@ -3,8 +3,11 @@ package daemon_test
 import (
 	"encoding/json"
 	"os"
+	"strings"
 	"sync"
+	"syscall"
 	"testing"
+	"time"
 
 	"github.com/allox-os/allox/services/kuruwa/internal/entry"
 	"github.com/allox-os/allox/services/kuruwa/internal/wire"
@@ -92,5 +95,72 @@ func TestGCForgetsNothingWhenAnInstanceDoesNotAnswer(t *testing.T) {
 	}
 	if st := f.status("job"); !st.Running {
 		t.Fatalf("the terminal is not running: %+v", st)
+	}
+}
+
+// killInstanceDaemon kills instance name's daemon and waits until the instance is invalid.
+func killInstanceDaemon(f *fixture, name string) {
+	f.t.Helper()
+	var ls wire.LsResult
+	pid := 0
+	for deadline := time.Now().Add(10 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+		if err := json.Unmarshal([]byte(f.must(f.mgmt(), "ls", "--instances", "--json")), &ls); err != nil {
+			f.t.Fatal(err)
+		}
+		valid := false
+		for _, in := range ls.Instances {
+			if in.Name == name && in.Valid {
+				valid = true
+				if pid == 0 {
+					pid = in.PID
+					if err := syscall.Kill(pid, syscall.SIGKILL); err != nil {
+						f.t.Fatal(err)
+					}
+				}
+			}
+		}
+		if !valid && pid != 0 {
+			return
+		}
+		if time.Now().After(deadline) {
+			f.t.Fatalf("instance %s still valid after its daemon (pid %d) was killed", name, pid)
+		}
+	}
+}
+
+// clean naming the id of a terminal cleaned earlier is refused when the terminal now under that
+// name is gone with its instance: the stale id never removes the new terminal.
+func TestCleanOfAGoneTerminalRefusesAStaleID(t *testing.T) {
+	f := newDaemon(t, boxConfig)
+	f.must(f.mgmt(), "instance", "start", "plain", "--name", "p")
+	var old wire.TermInfo
+	if err := json.Unmarshal([]byte(f.must(f.mgmt(), "start", "x", "--instance", "p", "--json", "--", "sleep", "60")), &old); err != nil {
+		t.Fatal(err)
+	}
+	f.must(f.mgmt(), "clean", "x", "--force")
+	f.must(f.mgmt(), "start", "x", "--instance", "p", "--", "sleep", "60")
+	killInstanceDaemon(f, "p")
+	err := call(f.mgmt(), "clean", wire.CleanArgs{Name: "x", ID: old.ID}, nil)
+	wantCode(t, err, wire.CodeGone)
+	if out := f.must(f.mgmt(), "ls"); !strings.Contains(out, "x\t") || strings.Contains(out, old.ID) {
+		t.Fatalf("the new x is not listed as it was:\n%s", out)
+	}
+}
+
+// Cleaning a terminal that is gone with its instance revokes the grants on it, as cleaning a
+// live one does: the connections that relied on them are closed.
+func TestCleanOfAGoneTerminalRevokesItsGrants(t *testing.T) {
+	f := newDaemon(t, boxConfig)
+	f.must(f.mgmt(), "instance", "start", "plain", "--name", "p")
+	f.must(f.mgmt(), "start", "x", "--instance", "p", "--", "sleep", "60")
+	f.must(f.mgmt(), "grant", "other", "--terminal", "x")
+	conn := f.dial(f.entry("other"))
+	if err := conn.Call("status", wire.TermArgs{Name: "x"}, nil); err != nil {
+		t.Fatal(err)
+	}
+	killInstanceDaemon(f, "p")
+	f.must(f.mgmt(), "clean", "x")
+	if err := conn.Call("whoami", nil, nil); err == nil {
+		t.Fatal("the connection that relied on the grant on the cleaned terminal still answers")
 	}
 }
