@@ -110,8 +110,11 @@ func (d *Daemon) start(c *client, a wire.StartArgs) (wire.TermInfo, error) {
 	var info wire.TermInfo
 	d.at("start.reserved")
 	if err := d.call(sock, "start", a, &info); err != nil {
+		d.at("start.failed")
 		d.mu.Lock()
-		delete(d.terms, a.Name)
+		if d.terms[a.Name] == tr { // not removed meanwhile, the name then taken by another start
+			delete(d.terms, a.Name)
+		}
 		d.mu.Unlock()
 		return wire.TermInfo{}, err
 	}

@@ -164,3 +164,25 @@ func TestCleanOfAGoneTerminalRevokesItsGrants(t *testing.T) {
 		t.Fatal("the connection that relied on the grant on the cleaned terminal still answers")
 	}
 }
+
+// A start that fails removes its own reservation only: when its instance was destroyed while
+// the start ran and another start took the name, that other terminal keeps it.
+func TestFailedStartLeavesTheNameItLostToAnother(t *testing.T) {
+	f := newDaemon(t, boxConfig)
+	f.must(f.mgmt(), "instance", "start", "plain", "--name", "p")
+	retake := onceAt(f, "start.failed", func() error {
+		if err := call(f.mgmt(), "clean", wire.CleanArgs{Instance: "p", Force: true}, nil); err != nil {
+			return err
+		}
+		return call(f.mgmt(), "start", wire.StartArgs{Name: "x", Instance: "host", Argv: []string{"sleep", "60"}}, nil)
+	})
+	// The instance daemon refuses the size, after the name was reserved.
+	err := call(f.mgmt(), "start", wire.StartArgs{Name: "x", Instance: "p", Argv: []string{"sleep", "60"}, Cols: 5000}, nil)
+	wantCode(t, err, wire.CodeBadRequest)
+	if err := <-retake; err != nil {
+		t.Fatal(err)
+	}
+	if st := f.status("x"); !st.Running || st.Instance != "host" {
+		t.Fatalf("the terminal that took the name: %+v", st)
+	}
+}
