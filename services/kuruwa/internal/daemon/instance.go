@@ -304,13 +304,25 @@ func (d *Daemon) watch(in *instance) {
 // the definition's cleanup runs and the socket this daemon bound is removed.
 func (d *Daemon) destroy(in *instance) {
 	d.mu.Lock()
-	if in.destroying {
-		d.mu.Unlock()
-		return
-	}
-	in.destroying = true
-	in.valid = false
+	first := markDestroying(in)
 	d.mu.Unlock()
+	if first {
+		d.teardown(in)
+	}
+}
+
+// markDestroying marks in as being destroyed, under d.mu: no start is served in it from then
+// on. It reports false if in already was.
+func markDestroying(in *instance) bool {
+	if in.destroying {
+		return false
+	}
+	in.destroying, in.valid = true, false
+	return true
+}
+
+// teardown is destroy's work, once in was marked.
+func (d *Daemon) teardown(in *instance) {
 	if in.cmd != nil {
 		if c, err := net.DialTimeout("unix", in.sock, time.Second); err == nil {
 			_ = c.SetDeadline(time.Now().Add(2 * time.Second))

@@ -91,6 +91,10 @@ func (d *Daemon) start(c *client, a wire.StartArgs) (wire.TermInfo, error) {
 		d.mu.Unlock()
 		return wire.TermInfo{}, err
 	}
+	if in.destroying {
+		d.mu.Unlock()
+		return wire.TermInfo{}, wire.Errorf(wire.CodeGone, "instance", "instance %s is being cleaned; start a new one", in.name)
+	}
 	if !in.valid {
 		d.mu.Unlock()
 		return wire.TermInfo{}, wire.Errorf(wire.CodeGone, "instance", "instance %s is gone: its daemon exited; clean it and start a new one", in.name)

@@ -238,8 +238,13 @@ func (d *Daemon) cleanInstance(c *client, a wire.CleanArgs) error {
 		d.mu.Unlock()
 		return wire.Errorf(wire.CodeForbidden, "instance", "the host instance lives as long as the daemon; clean its terminals instead")
 	}
+	// Marked under the lock the count was taken under: a start that comes after is refused.
+	first := markDestroying(in)
 	d.mu.Unlock()
-	d.destroy(in)
+	d.at("clean.checked")
+	if first {
+		d.teardown(in)
+	}
 	d.mu.Lock()
 	for _, t := range d.tenants {
 		if t.insts[in.id] {

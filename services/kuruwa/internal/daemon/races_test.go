@@ -186,3 +186,24 @@ func TestFailedStartLeavesTheNameItLostToAnother(t *testing.T) {
 		t.Fatalf("the terminal that took the name: %+v", st)
 	}
 }
+
+// clean --instance without --force never destroys a terminal, however close a start comes: a
+// start served after the clean counted the instance's terminals is refused.
+func TestCleanInstanceWithoutForceNeverDestroysAStartedTerminal(t *testing.T) {
+	f := newDaemon(t, boxConfig)
+	f.must(f.mgmt(), "instance", "start", "plain", "--name", "p")
+	started := onceAt(f, "clean.checked", func() error {
+		return call(f.mgmt(), "start", wire.StartArgs{Name: "late", Instance: "p", Argv: []string{"sleep", "60"}}, nil)
+	})
+	if err := call(f.mgmt(), "clean", wire.CleanArgs{Instance: "p"}, nil); err != nil {
+		t.Fatal(err)
+	}
+	err := <-started
+	if err == nil {
+		t.Fatal("a start succeeded in an instance that a clean without --force then destroyed")
+	}
+	wantCode(t, err, wire.CodeGone)
+	if out := f.must(f.mgmt(), "ls"); strings.Contains(out, "late") {
+		t.Fatalf("the refused start left a terminal:\n%s", out)
+	}
+}
