@@ -200,6 +200,7 @@ func (d *Daemon) shutdown() {
 		c.close()
 	}
 	d.mu.Unlock()
+	d.at("shutdown.closed")
 	for _, in := range insts {
 		d.destroy(in)
 	}

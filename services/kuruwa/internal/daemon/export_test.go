@@ -17,3 +17,10 @@ func (d *Daemon) DropIdleConnections() {
 		d.pool.drop(s)
 	}
 }
+
+// AddTenant serves tenant.add as the management entry does, for a request that no connection
+// carries any more (one read before shutdown closed its connection).
+func (d *Daemon) AddTenant(name string) error {
+	_, err := d.addTenant(name)
+	return err
+}

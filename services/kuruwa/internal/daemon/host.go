@@ -42,6 +42,9 @@ func (d *Daemon) addTenant(name string) (wire.TenantInfo, error) {
 	}
 	d.mu.Lock()
 	defer d.mu.Unlock()
+	if d.closing { // shutdown closed the entries under this lock: nothing would close a new one
+		return wire.TenantInfo{}, wire.Errorf(wire.CodeGone, "name", "the daemon is shutting down")
+	}
 	if _, dup := d.tenants[name]; dup {
 		return wire.TenantInfo{}, wire.Errorf(wire.CodeConflict, "name", "tenant %q exists", name)
 	}

@@ -2,6 +2,7 @@ package daemon_test
 
 import (
 	"encoding/json"
+	"errors"
 	"os"
 	"strings"
 	"sync"
@@ -205,5 +206,29 @@ func TestCleanInstanceWithoutForceNeverDestroysAStartedTerminal(t *testing.T) {
 	wantCode(t, err, wire.CodeGone)
 	if out := f.must(f.mgmt(), "ls"); strings.Contains(out, "late") {
 		t.Fatalf("the refused start left a terminal:\n%s", out)
+	}
+}
+
+// A tenant.add served while the daemon shuts down is refused: it opens no entry that nothing
+// would close, and Run returns.
+func TestAddTenantDuringShutdownIsRefused(t *testing.T) {
+	f := newDaemon(t, boxConfig)
+	added := onceAt(f, "shutdown.closed", func() error { return f.d.AddTenant("late") })
+	stopped := make(chan struct{})
+	go func() { f.stop(); close(stopped) }()
+	err := <-added
+	select {
+	case <-stopped:
+	case <-time.After(10 * time.Second):
+		// A connection ends the late entry's accept loop (the daemon is closing), so the test ends.
+		if uc, err := entry.Dial(f.d.TenantEntry("late")); err == nil {
+			uc.Close()
+		}
+		<-stopped
+		t.Fatal("Run did not return 10 s after shutdown began: the late entry's accept loop held it")
+	}
+	wantCode(t, err, wire.CodeGone)
+	if _, err := os.Stat(f.d.TenantEntry("late")); !errors.Is(err, os.ErrNotExist) {
+		t.Fatalf("the late tenant's entry is on disk after shutdown: %v", err)
 	}
 }
