@@ -249,16 +249,18 @@ func CallOnce(rw io.ReadWriter, op string, args, out any) error {
 	var rest []byte // read past the newline: the start of the raw bytes
 	for start := 0; ; {
 		if len(buf) == cap(buf) {
-			if len(buf) > MaxLine {
-				return fmt.Errorf("%s: reading the reply: message longer than %d bytes", op, MaxLine)
-			}
-			buf = append(buf, make([]byte, len(buf))...)[:len(buf)]
+			// Grown to one byte past MaxLine at most: enough to tell a line that is too long.
+			buf = append(buf, make([]byte, min(len(buf), MaxLine+1-len(buf)))...)[:len(buf)]
 		}
 		n, err := rw.Read(buf[len(buf):cap(buf)])
 		buf = buf[:len(buf)+n]
-		if i := bytes.IndexByte(buf[start:], '\n'); i >= 0 {
+		i := bytes.IndexByte(buf[start:], '\n')
+		if i >= 0 && start+i+1 <= MaxLine {
 			buf, rest = buf[:start+i+1], buf[start+i+1:]
 			break
+		}
+		if i >= 0 || len(buf) > MaxLine {
+			return fmt.Errorf("%s: reading the reply: message longer than %d bytes", op, MaxLine)
 		}
 		start = len(buf)
 		if err != nil {

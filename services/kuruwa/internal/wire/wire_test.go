@@ -265,3 +265,36 @@ func TestReplyRawRefusesMoreThanMaxLine(t *testing.T) {
 		t.Fatalf("ReplyRaw of MaxLine+1 bytes sent %.200q (%v), want one error line", msg, err)
 	}
 }
+
+// A reply line is at most MaxLine bytes, its newline included, on every reading side: CallOnce
+// grows its buffer past MaxLine only far enough to tell.
+func TestReplyLineLongerThanMaxLineIsRefused(t *testing.T) {
+	line := func(n int) []byte { // a reply line of n bytes
+		return append(append([]byte(`{"result":"`), bytes.Repeat([]byte("x"), n-len(`{"result":""}`)-1)...), "\"}\n"...)
+	}
+	for _, c := range []struct {
+		name string
+		n    int
+		ok   bool
+	}{
+		{"MaxLine", MaxLine, true},
+		{"MaxLine+1", MaxLine + 1, false},
+		{"12 MiB", 12 << 20, false},
+	} {
+		for via, call := range map[string]func(net.Conn) error{
+			"CallOnce": func(a net.Conn) error { var s string; return CallOnce(a, "screen", nil, &s) },
+			"Call":     func(a net.Conn) error { var s string; return NewConn(a).Call("screen", nil, &s) },
+		} {
+			a, b := net.Pipe()
+			go serveReply(b, line(c.n), 64<<10)
+			err := call(a)
+			a.Close()
+			if c.ok && err != nil {
+				t.Errorf("%s, a line of %s: %v", via, c.name, err)
+			}
+			if !c.ok && (err == nil || !strings.Contains(err.Error(), "longer than")) {
+				t.Errorf("%s, a line of %s: %v, want it refused as longer than %d bytes", via, c.name, err, MaxLine)
+			}
+		}
+	}
+}
