@@ -1,7 +1,6 @@
 package daemon
 
 import (
-	"errors"
 	"net"
 	"sync"
 	"syscall"
@@ -17,6 +16,8 @@ import (
 type instancePool struct {
 	mu   sync.Mutex
 	idle map[string][]*wire.Conn // by socket path
+	out  map[string]int          // connections get handed out and put has not taken back
+	gone map[string]bool         // dropped while some were out: put closes them
 }
 
 const maxIdlePerInstance = 2
@@ -28,6 +29,7 @@ func (p *instancePool) get(sock string) (*wire.Conn, error) {
 		c := l[len(l)-1]
 		p.idle[sock] = l[:len(l)-1]
 		if idleAndOpen(c) {
+			p.lendLocked(sock)
 			p.mu.Unlock()
 			return c, nil
 		}
@@ -38,34 +40,51 @@ func (p *instancePool) get(sock string) (*wire.Conn, error) {
 	if err != nil {
 		return nil, wire.Errorf(wire.CodeGone, "instance", "instance daemon does not answer: %v", err)
 	}
+	p.mu.Lock()
+	p.lendLocked(sock)
+	p.mu.Unlock()
 	return wire.NewConn(nc), nil
 }
 
-// put returns c after a request that left it at a message boundary: a reply, result or error,
-// was read whole.
-func (p *instancePool) put(sock string, c *wire.Conn, err error) {
-	var we *wire.Error
-	if err != nil && !errors.As(err, &we) {
-		c.Close()
-		return
+func (p *instancePool) lendLocked(sock string) {
+	if p.out == nil {
+		p.out, p.gone = map[string]int{}, map[string]bool{}
 	}
+	p.out[sock]++
+}
+
+// put takes back c, which get handed out, and keeps it if the request left it at a message
+// boundary: the reply was read whole, a result or the peer's error reply (a *wire.Error as the
+// peer sent it; one that wraps it says what went wrong in the middle of a reply). A connection
+// of an instance dropped meanwhile is closed.
+func (p *instancePool) put(sock string, c *wire.Conn, err error) {
+	_, whole := err.(*wire.Error)
 	p.mu.Lock()
 	defer p.mu.Unlock()
-	if p.idle == nil {
-		p.idle = map[string][]*wire.Conn{}
+	gone := p.gone[sock]
+	if p.out[sock]--; p.out[sock] <= 0 {
+		delete(p.out, sock)
+		delete(p.gone, sock)
 	}
-	if len(p.idle[sock]) >= maxIdlePerInstance {
+	if err != nil && !whole || gone || len(p.idle[sock]) >= maxIdlePerInstance {
 		c.Close()
 		return
+	}
+	if p.idle == nil {
+		p.idle = map[string][]*wire.Conn{}
 	}
 	p.idle[sock] = append(p.idle[sock], c)
 }
 
-// drop closes the idle connections to sock: its instance is gone.
+// drop closes the idle connections to sock, and those out now once they are put back: its
+// instance is gone.
 func (p *instancePool) drop(sock string) {
 	p.mu.Lock()
 	l := p.idle[sock]
 	delete(p.idle, sock)
+	if p.out[sock] > 0 {
+		p.gone[sock] = true
+	}
 	p.mu.Unlock()
 	for _, c := range l {
 		c.Close()

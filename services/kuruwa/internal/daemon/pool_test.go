@@ -1,10 +1,14 @@
 package daemon
 
 import (
+	"bufio"
+	"fmt"
+	"io"
 	"net"
 	"path/filepath"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/allox-os/allox/services/kuruwa/internal/wire"
 )
@@ -160,4 +164,91 @@ func mustGet(t *testing.T, d *Daemon, sock string) *wire.Conn {
 		t.Fatal(err)
 	}
 	return c
+}
+
+// scriptedPeer is an instance daemon that misbehaves: it answers the nth request it reads (from
+// 0, over all connections) with reply(n, conn).
+func scriptedPeer(t *testing.T, reply func(n int, nc net.Conn)) string {
+	sock := filepath.Join(t.TempDir(), "i.sock")
+	ln, err := net.Listen("unix", sock)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { ln.Close() })
+	var mu sync.Mutex
+	n := 0
+	go func() {
+		for {
+			nc, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			t.Cleanup(func() { nc.Close() })
+			go func() {
+				r := bufio.NewReader(nc)
+				for {
+					if _, err := r.ReadBytes('\n'); err != nil {
+						return
+					}
+					mu.Lock()
+					i := n
+					n++
+					mu.Unlock()
+					reply(i, nc)
+				}
+			}()
+		}
+	}()
+	return sock
+}
+
+// A reply that announces more raw bytes than may follow is refused before they are read: what
+// the peer sends next is still the first reply's, so the connection is not reused.
+func TestPoolClosesAConnectionLeftInsideAReply(t *testing.T) {
+	sock := scriptedPeer(t, func(n int, nc net.Conn) {
+		if n > 0 {
+			_, _ = nc.Write([]byte(`{"result":"ok"}` + "\n"))
+			return
+		}
+		_, _ = nc.Write([]byte(fmt.Sprintf(`{"result":"first","raw":%d}`+"\n", wire.MaxLine+1)))
+		time.Sleep(200 * time.Millisecond) // the raw bytes come later
+		_, _ = nc.Write([]byte(`{"result":"raw bytes of the first reply"}` + "\n"))
+	})
+	d := &Daemon{}
+	var got string
+	if err := d.call(sock, "status", nil, &got); err == nil {
+		t.Fatalf("a reply announcing %d raw bytes was accepted", wire.MaxLine+1)
+	}
+	if err := d.call(sock, "status", nil, &got); err != nil || got != "ok" {
+		t.Fatalf("the next request got %q, %v: it read the rest of the first reply", got, err)
+	}
+}
+
+// An instance dropped while one of its connections was out (its daemon exited during a request)
+// keeps no connection: the one put back after the drop is closed, not pooled.
+func TestPoolClosesAConnectionPutBackAfterItsInstanceWasDropped(t *testing.T) {
+	var peer net.Conn
+	answered := make(chan struct{})
+	sock := scriptedPeer(t, func(n int, nc net.Conn) {
+		peer = nc
+		time.Sleep(300 * time.Millisecond)
+		_, _ = nc.Write([]byte(`{"result":"ok"}` + "\n"))
+		close(answered)
+	})
+	d := &Daemon{}
+	done := make(chan error, 1)
+	go func() { done <- d.call(sock, "status", nil, nil) }()
+	time.Sleep(100 * time.Millisecond)
+	d.pool.drop(sock)
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	<-answered
+	if n := len(d.pool.idle[sock]); n != 0 {
+		t.Fatalf("%d idle connections to an instance dropped", n)
+	}
+	_ = peer.SetReadDeadline(time.Now().Add(2 * time.Second))
+	if _, err := peer.Read(make([]byte, 1)); err != io.EOF {
+		t.Fatalf("the connection put back after the drop is still open: %v", err)
+	}
 }
