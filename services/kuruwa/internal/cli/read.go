@@ -35,6 +35,8 @@ func describe(t wire.TermInfo) string {
 	switch {
 	case t.Gone:
 		state = "gone"
+	case t.Unanswered:
+		state = "unanswered"
 	case !t.Running && t.Signal != "":
 		state = fmt.Sprintf("exited(%d,%s)", t.ExitCode, t.Signal)
 	case !t.Running:

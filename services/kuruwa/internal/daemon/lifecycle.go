@@ -47,11 +47,11 @@ func (d *Daemon) ls(c *client) wire.LsResult {
 	d.mu.Unlock()
 	for sock, refs := range bySock {
 		var all []wire.TermInfo
-		if err := d.call(sock, "ls", nil, &all); err != nil {
-			// No answer says nothing of its terminals: they are left out, not listed as gone
-			// (which gc would forget).
-			d.log.Warn("instance daemon did not answer ls; its terminals are left out", "instance", refs[0].inst, "err", err)
-			continue
+		err := d.call(sock, "ls", nil, &all)
+		if err != nil {
+			// No answer says nothing of its terminals: they are listed as unanswered, not as
+			// gone (which gc would forget).
+			d.log.Warn("instance daemon did not answer ls; its terminals are listed as unanswered", "instance", refs[0].inst, "err", err)
 		}
 		byID := map[string]wire.TermInfo{}
 		for _, ti := range all {
@@ -59,7 +59,7 @@ func (d *Daemon) ls(c *client) wire.LsResult {
 		}
 		for _, tr := range refs {
 			ti, ok := byID[tr.id]
-			ti.Name, ti.ID, ti.Instance, ti.Gone = tr.name, tr.id, instNames[tr.inst], !ok
+			ti.Name, ti.ID, ti.Instance, ti.Gone, ti.Unanswered = tr.name, tr.id, instNames[tr.inst], !ok && err == nil, err != nil
 			res.Terminals = append(res.Terminals, ti)
 		}
 	}
@@ -167,6 +167,7 @@ func (d *Daemon) gc(c *client) []string {
 		d.mu.Unlock()
 		switch {
 		case !ok:
+		case ti.Unanswered: // nothing is known of it
 		case ti.Gone:
 			d.forgetTerm(*tr)
 			removed = append(removed, ti.Name)

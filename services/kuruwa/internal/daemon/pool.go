@@ -1,7 +1,9 @@
 package daemon
 
 import (
+	"errors"
 	"net"
+	"os"
 	"sync"
 	"syscall"
 	"time"
@@ -112,15 +114,29 @@ func idleAndOpen(c *wire.Conn) bool {
 	return open
 }
 
+// callTimeout bounds a relayed request, so that an instance daemon that stopped answering (a
+// tenant can stop its own: kill -STOP $PPID) holds up no request of anyone else. A start may run
+// through an Allox session's sandbox, and a forced clean waits for the killed program to end:
+// they get longer.
+var callTimeout = map[string]time.Duration{"": 5 * time.Second, "start": 60 * time.Second, "clean": 30 * time.Second}
+
+func timeoutOf(op string) time.Duration {
+	if d, ok := callTimeout[op]; ok {
+		return d
+	}
+	return callTimeout[""]
+}
+
 // call forwards one request to an instance daemon.
 func (d *Daemon) call(sock, op string, args, out any) error {
 	conn, err := d.pool.get(sock)
 	if err != nil {
 		return err
 	}
+	limit := timeoutOf(op)
+	_ = conn.SetDeadline(time.Now().Add(limit))
 	err = conn.Call(op, args, out)
-	d.pool.put(sock, conn, err)
-	return err
+	return d.callDone(sock, op, limit, conn, err)
 }
 
 // callRaw forwards one request to an instance daemon and returns its reply line unparsed.
@@ -129,7 +145,20 @@ func (d *Daemon) callRaw(sock, op string, args any) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
+	limit := timeoutOf(op)
+	_ = conn.SetDeadline(time.Now().Add(limit))
 	line, err := conn.CallRaw(op, args)
+	return line, d.callDone(sock, op, limit, conn, err)
+}
+
+// callDone puts conn back (a timed-out one is closed: its reply may still come) and says what a
+// missed deadline means.
+func (d *Daemon) callDone(sock, op string, limit time.Duration, conn *wire.Conn, err error) error {
+	if err == nil || !errors.Is(err, os.ErrDeadlineExceeded) {
+		_ = conn.SetDeadline(time.Time{})
+		d.pool.put(sock, conn, err)
+		return err
+	}
 	d.pool.put(sock, conn, err)
-	return line, err
+	return wire.Errorf(wire.CodeGone, "instance", "the instance daemon did not answer %s within %s: it is stopped or overloaded; the host can clean its instance", op, limit)
 }

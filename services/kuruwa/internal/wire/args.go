@@ -114,6 +114,8 @@ type TermInfo struct {
 	Instance string `json:"instance"`
 	Status
 	Gone bool `json:"gone,omitempty"`
+	// Unanswered: its instance daemon did not answer, so its status is not known.
+	Unanswered bool `json:"unanswered,omitempty"`
 }
 
 // InstanceArgs creates an instance of a definition.
