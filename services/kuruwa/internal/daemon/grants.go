@@ -29,8 +29,9 @@ func (d *Daemon) canCreate(t *tenant, def string) ([]string, error) {
 }
 
 // canManage: destroy the instance — the host, or the tenant that created it while it still
-// holds the definition grant.
-func (d *Daemon) canManage(t *tenant, in *instance) ([]string, error) {
+// holds the definition grant. ref is how the request named the instance: an instance the
+// tenant cannot see is reported by it, not by its name.
+func (d *Daemon) canManage(t *tenant, in *instance, ref string) ([]string, error) {
 	if t.name == config.HostTenant {
 		return nil, nil
 	}
@@ -40,11 +41,11 @@ func (d *Daemon) canManage(t *tenant, in *instance) ([]string, error) {
 	if d.visibleInstance(t, in) {
 		return nil, wire.Errorf(wire.CodeForbidden, "instance", "tenant %s may use instance %s but not destroy it: only its creator or the host may", t.name, in.name)
 	}
-	return nil, d.noInstance(t, in.name)
+	return nil, d.noInstance(t, ref)
 }
 
-// canControl: create and manage terminals in the instance.
-func (d *Daemon) canControl(t *tenant, in *instance) ([]string, error) {
+// canControl: create and manage terminals in the instance named ref.
+func (d *Daemon) canControl(t *tenant, in *instance, ref string) ([]string, error) {
 	if t.name == config.HostTenant {
 		return nil, nil
 	}
@@ -54,7 +55,7 @@ func (d *Daemon) canControl(t *tenant, in *instance) ([]string, error) {
 	if t.insts[in.id] {
 		return []string{instKey(in.id)}, nil
 	}
-	return nil, d.noInstance(t, in.name)
+	return nil, d.noInstance(t, ref)
 }
 
 // canAttach: native attach is for the management entry and the instance's owner.
@@ -72,7 +73,7 @@ func (d *Daemon) canAttach(t *tenant, in *instance) ([]string, error) {
 func (d *Daemon) canAccess(t *tenant, tr *termRef) ([]string, error) {
 	in := d.instances[tr.inst]
 	if in != nil {
-		if keys, err := d.canControl(t, in); err == nil {
+		if keys, err := d.canControl(t, in, in.name); err == nil {
 			return keys, nil
 		}
 	}
@@ -87,7 +88,7 @@ func (d *Daemon) canAccess(t *tenant, tr *termRef) ([]string, error) {
 func (d *Daemon) canManageTerm(t *tenant, tr *termRef, op string) ([]string, error) {
 	in := d.instances[tr.inst]
 	if in != nil {
-		if keys, err := d.canControl(t, in); err == nil {
+		if keys, err := d.canControl(t, in, in.name); err == nil {
 			return keys, nil
 		}
 	}

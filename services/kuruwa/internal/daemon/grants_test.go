@@ -1,6 +1,9 @@
 package daemon_test
 
 import (
+	"encoding/json"
+	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -251,4 +254,48 @@ func TestRemovedTenantLosesItsEntryAndConnections(t *testing.T) {
 	}
 	_, err := f.kw(f.mgmt(), "tenant", "rm", "agent")
 	wantCode(t, err, wire.CodeForbidden)
+}
+
+// An instance named like an instance id would take the place of the instance that gets that id
+// next, in every lookup by the host (grant --instance, clean --instance): the name is refused,
+// and nothing is created.
+func TestInstanceNameShapedLikeAnIDIsRefused(t *testing.T) {
+	f := newDaemon(t, boxConfig)
+	before := f.must(f.mgmt(), "ls", "--instances")
+	trap := fmt.Sprintf("i%d-3", f.d.Generation())
+	_, err := f.kw(f.entry("agent"), "instance", "start", "plain", "--name", trap)
+	wantCode(t, err, wire.CodeBadRequest)
+	var we *wire.Error
+	if !errors.As(err, &we) || we.Field != "name" || !strings.Contains(we.Message, "instance id") {
+		t.Fatalf("the refusal does not name the field and say why: %v", err)
+	}
+	if after := f.must(f.mgmt(), "ls", "--instances"); after != before {
+		t.Fatalf("a refused instance start changed the instances:\n%s\nwas:\n%s", after, before)
+	}
+}
+
+// A tenant that walks instance ids learns no instance's name: the refusal repeats its own
+// reference.
+func TestInstanceIDRevealsNoName(t *testing.T) {
+	f := newDaemon(t, boxConfig)
+	f.must(f.mgmt(), "instance", "start", "plain", "--name", "secret")
+	var ls wire.LsResult
+	if err := json.Unmarshal([]byte(f.must(f.mgmt(), "ls", "--instances", "--json")), &ls); err != nil {
+		t.Fatal(err)
+	}
+	for _, in := range ls.Instances {
+		for _, args := range [][]string{
+			{"start", "x", "--instance", in.ID, "--", "true"},
+			{"clean", "--instance", in.ID, "--force"},
+		} {
+			_, err := f.kw(f.entry("agent"), args...)
+			wantCode(t, err, wire.CodeNotFound)
+			if strings.Contains(err.Error(), in.Name) || !strings.Contains(err.Error(), in.ID) {
+				t.Errorf("kuruwa %v: %v, want the id %s and not the name %s", args, err, in.ID, in.Name)
+			}
+		}
+	}
+	if after := f.must(f.mgmt(), "ls", "--instances"); !strings.Contains(after, "secret\t") || len(ls.Instances) != 2 {
+		t.Fatalf("refused requests changed the instances:\n%s", after)
+	}
 }

@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"syscall"
 	"time"
@@ -57,6 +58,10 @@ func (d *Daemon) createInstance(t *tenant, a wire.InstanceArgs) (*instance, erro
 		d.mu.Unlock()
 		return nil, wire.Errorf(wire.CodeBadRequest, "name", "instance %v", err)
 	}
+	if isInstanceID(name) {
+		d.mu.Unlock()
+		return nil, wire.Errorf(wire.CodeBadRequest, "name", "instance name %q has the shape of an instance id (i<generation>-<n>), which names another instance; choose another name", name)
+	}
 	if d.instanceByName(name) != nil {
 		d.mu.Unlock()
 		return nil, wire.Errorf(wire.CodeConflict, "name", "an instance named %q exists; choose another name or clean it", name)
@@ -88,9 +93,15 @@ func (d *Daemon) createInstance(t *tenant, a wire.InstanceArgs) (*instance, erro
 	return in, nil
 }
 
+// instanceID is the shape of an instance's id (nextID), which no instance name has.
+var instanceID = regexp.MustCompile(`^i[0-9]+-[0-9]+$`)
+
+func isInstanceID(ref string) bool { return instanceID.MatchString(ref) }
+
+// instanceByName is the instance ref names: by its id if ref has the shape of one, else by name.
 func (d *Daemon) instanceByName(ref string) *instance {
-	if in, ok := d.instances[ref]; ok {
-		return in
+	if isInstanceID(ref) {
+		return d.instances[ref]
 	}
 	for _, in := range d.instances {
 		if in.name == ref {

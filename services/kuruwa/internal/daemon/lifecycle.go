@@ -86,7 +86,7 @@ func (d *Daemon) start(c *client, a wire.StartArgs) (wire.TermInfo, error) {
 		d.mu.Unlock()
 		return wire.TermInfo{}, d.noInstance(c.tenant, a.Instance)
 	}
-	keys, err := d.canControl(c.tenant, in)
+	keys, err := d.canControl(c.tenant, in, a.Instance)
 	if err != nil {
 		d.mu.Unlock()
 		return wire.TermInfo{}, err
@@ -184,7 +184,7 @@ func (d *Daemon) gc(c *client) []string {
 	d.mu.Lock()
 	var dead []*instance
 	for _, in := range d.instances {
-		if _, err := d.canManage(c.tenant, in); err == nil && !in.valid && !in.launching && !in.destroying {
+		if _, err := d.canManage(c.tenant, in, in.name); err == nil && !in.valid && !in.launching && !in.destroying {
 			dead = append(dead, in)
 		}
 	}

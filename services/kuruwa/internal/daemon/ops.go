@@ -220,7 +220,7 @@ func (d *Daemon) cleanInstance(c *client, a wire.CleanArgs) error {
 		d.mu.Unlock()
 		return d.noInstance(c.tenant, a.Instance)
 	}
-	if _, err := d.canManage(c.tenant, in); err != nil {
+	if _, err := d.canManage(c.tenant, in, a.Instance); err != nil {
 		d.mu.Unlock()
 		return err
 	}
