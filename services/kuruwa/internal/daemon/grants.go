@@ -35,7 +35,7 @@ func (d *Daemon) canManage(t *tenant, in *instance, ref string) ([]string, error
 	if t.name == config.HostTenant {
 		return nil, nil
 	}
-	if in.owner == t.name && t.defs[in.def] {
+	if in.owner == t && t.defs[in.def] {
 		return []string{defKey(in.def)}, nil
 	}
 	if d.visibleInstance(t, in) {
@@ -49,7 +49,7 @@ func (d *Daemon) canControl(t *tenant, in *instance, ref string) ([]string, erro
 	if t.name == config.HostTenant {
 		return nil, nil
 	}
-	if in.owner == t.name && t.defs[in.def] {
+	if in.owner == t && t.defs[in.def] {
 		return []string{defKey(in.def)}, nil
 	}
 	if t.insts[in.id] {
@@ -63,7 +63,7 @@ func (d *Daemon) canAttach(t *tenant, in *instance) ([]string, error) {
 	if t.name == config.HostTenant {
 		return nil, nil
 	}
-	if in.owner == t.name && t.defs[in.def] {
+	if in.owner == t && t.defs[in.def] {
 		return []string{defKey(in.def)}, nil
 	}
 	return nil, wire.Errorf(wire.CodeForbidden, "name", "attach is for the management entry or the owner of instance %s; tenant %s may use screen, tail and send instead", in.name, t.name)
@@ -99,7 +99,7 @@ func (d *Daemon) canManageTerm(t *tenant, tr *termRef, op string) ([]string, err
 }
 
 func (d *Daemon) visibleInstance(t *tenant, in *instance) bool {
-	if t.name == config.HostTenant || t.insts[in.id] || in.owner == t.name && t.defs[in.def] {
+	if t.name == config.HostTenant || t.insts[in.id] || in.owner == t && t.defs[in.def] {
 		return true
 	}
 	for _, tr := range d.terms {

@@ -299,3 +299,31 @@ func TestInstanceIDRevealsNoName(t *testing.T) {
 		t.Fatalf("refused requests changed the instances:\n%s", after)
 	}
 }
+
+// A tenant removed and added again is a new tenant: its predecessor's instances, and the
+// terminals in them, stay the host's to manage.
+func TestReaddedTenantGetsNoneOfTheRemovedTenantsInstances(t *testing.T) {
+	f := newDaemon(t, boxConfig)
+	add := func() string {
+		out := f.must(f.mgmt(), "tenant", "add", "temp")
+		f.must(f.mgmt(), "grant", "temp", "--definition", "plain")
+		return strings.TrimSpace(strings.Split(out, "\t")[1])
+	}
+	path := add()
+	f.must(path, "instance", "start", "plain", "--name", "w")
+	f.must(path, "start", "job", "--instance", "w", "--", "sleep", "30")
+	f.must(f.mgmt(), "tenant", "rm", "temp")
+	path = add()
+	for _, args := range [][]string{{"screen", "job"}, {"send", "job", "x"}, {"clean", "job"}, {"clean", "--instance", "w", "--force"},
+		{"start", "y", "--instance", "w", "--", "true"}} {
+		_, err := f.kw(path, args...)
+		wantCode(t, err, wire.CodeNotFound)
+	}
+	if out := f.must(path, "ls", "--instances"); strings.Contains(out, "w\t") || strings.Contains(out, "job") {
+		t.Fatalf("the new tenant temp sees its predecessor's objects:\n%s", out)
+	}
+	if st := f.status("job"); !st.Running {
+		t.Fatalf("job: %+v", st)
+	}
+	f.must(f.mgmt(), "clean", "--instance", "w", "--force")
+}

@@ -22,18 +22,19 @@ import (
 
 // instance is a sandbox instance served by its own instance daemon.
 type instance struct {
-	id, name, def, owner string
-	agent, session       string // an allox_session instance's
-	sock                 string // the outer path of its listener, which this daemon bound
-	state                string // transcripts and the instance daemon's log
-	cmd                  *exec.Cmd
-	daemonPID            int // the instance daemon's pid here, or 0 if it has a pid namespace of its own
-	exited               chan struct{}
-	heard                chan struct{} // closed once the watch connection ended: every exit it told has been heard
-	valid                bool          // false for good once its daemon exited
-	launching            bool          // reserved while its init runs; no request sees it until ready
-	destroying           bool
-	cleaned              bool
+	id, name, def  string
+	owner          *tenant // the tenant object, not its name: a tenant added again under the name is another
+	agent, session string  // an allox_session instance's
+	sock           string  // the outer path of its listener, which this daemon bound
+	state          string  // transcripts and the instance daemon's log
+	cmd            *exec.Cmd
+	daemonPID      int // the instance daemon's pid here, or 0 if it has a pid namespace of its own
+	exited         chan struct{}
+	heard          chan struct{} // closed once the watch connection ended: every exit it told has been heard
+	valid          bool          // false for good once its daemon exited
+	launching      bool          // reserved while its init runs; no request sees it until ready
+	destroying     bool
+	cleaned        bool
 }
 
 func (d *Daemon) nextID(prefix string) string {
@@ -66,7 +67,7 @@ func (d *Daemon) createInstance(t *tenant, a wire.InstanceArgs) (*instance, erro
 		d.mu.Unlock()
 		return nil, wire.Errorf(wire.CodeConflict, "name", "an instance named %q exists; choose another name or clean it", name)
 	}
-	in := &instance{id: d.nextID("i"), name: name, def: defName, owner: t.name, agent: a.Agent, session: a.Session,
+	in := &instance{id: d.nextID("i"), name: name, def: defName, owner: t, agent: a.Agent, session: a.Session,
 		exited: make(chan struct{}), heard: make(chan struct{}), launching: true}
 	in.sock = filepath.Join(d.dir, "inst", in.id, "sock")
 	in.state = filepath.Join(d.dir, "state", in.id)

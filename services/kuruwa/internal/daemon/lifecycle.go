@@ -33,7 +33,7 @@ func (d *Daemon) ls(c *client) wire.LsResult {
 		if !d.visibleInstance(c.tenant, in) || in.launching {
 			continue
 		}
-		info := wire.InstanceInfo{Name: in.name, ID: in.id, Definition: in.def, Owner: in.owner, Valid: in.valid, Agent: in.agent, Session: in.session}
+		info := wire.InstanceInfo{Name: in.name, ID: in.id, Definition: in.def, Owner: in.owner.name, Valid: in.valid, Agent: in.agent, Session: in.session}
 		for _, tr := range d.terms {
 			if tr.inst == in.id {
 				info.Terminals++
@@ -149,7 +149,7 @@ func (d *Daemon) startInstance(c *client, a wire.InstanceArgs) (wire.InstanceInf
 	if err != nil {
 		return wire.InstanceInfo{}, err
 	}
-	return wire.InstanceInfo{Name: in.name, ID: in.id, Definition: in.def, Owner: in.owner, Valid: true, Agent: in.agent, Session: in.session}, nil
+	return wire.InstanceInfo{Name: in.name, ID: in.id, Definition: in.def, Owner: in.owner.name, Valid: true, Agent: in.agent, Session: in.session}, nil
 }
 
 // gc removes the exited terminals c may manage, the names of terminals whose instance is gone,

@@ -234,7 +234,7 @@ func (d *Daemon) cleanInstance(c *client, a wire.CleanArgs) error {
 		d.mu.Unlock()
 		return wire.Errorf(wire.CodeConflict, "force", "instance %s holds %d terminal(s); clean them first or pass --force to end them with it", in.name, n)
 	}
-	if in.def == config.HostDefinition && in.owner == config.HostTenant && in.name == config.HostDefinition {
+	if in.def == config.HostDefinition && in.owner.name == config.HostTenant && in.name == config.HostDefinition {
 		d.mu.Unlock()
 		return wire.Errorf(wire.CodeForbidden, "instance", "the host instance lives as long as the daemon; clean its terminals instead")
 	}
