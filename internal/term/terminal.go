@@ -69,6 +69,10 @@ type Terminal struct {
 
 	writeMu sync.Mutex // serialises input so a paste and its keys never interleave with another send
 	outMu   sync.Mutex // held while one chunk of output reaches both the screen and the ring
+	// sizeMu is held while a resize reaches both the PTY and the emulator: two resizes that
+	// interleaved could leave the PTY at one's size and the emulator at the other's, and the
+	// program would draw for a screen the emulator does not have.
+	sizeMu sync.Mutex
 
 	mu      sync.Mutex
 	exited  bool
@@ -244,6 +248,8 @@ func (t *Terminal) Resize(cols, rows int) error {
 	if cols <= 0 || rows <= 0 || cols > 1000 || rows > 1000 {
 		return fmt.Errorf("size %dx%d: columns and rows must be between 1 and 1000", cols, rows)
 	}
+	t.sizeMu.Lock()
+	defer t.sizeMu.Unlock()
 	if err := t.proc.Resize(cols, rows); err != nil && !t.Status().Running {
 		return ErrExited
 	} else if err != nil {

@@ -5,8 +5,11 @@ import (
 	"path/filepath"
 	"runtime"
 	"strings"
+	"sync"
 	"testing"
 	"time"
+
+	"github.com/creack/pty"
 )
 
 func startTerm(t *testing.T, argv ...string) (*Terminal, string) {
@@ -117,5 +120,31 @@ func TestStartFailureLeavesNothingRunning(t *testing.T) {
 			t.Fatalf("%d goroutines after 20 failed starts, %d before", runtime.NumGoroutine(), before)
 		}
 		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+// Two resizes at once end with the PTY and the emulator at the same size, whichever wins: a
+// program that draws for the PTY's size on an emulator of another garbles every screen read.
+func TestConcurrentResizesLeaveThePTYAndTheScreenAgreeing(t *testing.T) {
+	term, _ := startTerm(t, "sleep", "100")
+	ptm := term.proc.(*ptyProcess).ptm
+	for i := range 2000 {
+		var wg sync.WaitGroup
+		for _, size := range [][2]int{{100, 30}, {120, 40}} {
+			wg.Go(func() {
+				if err := term.Resize(size[0], size[1]); err != nil {
+					t.Error(err)
+				}
+			})
+		}
+		wg.Wait()
+		ws, err := pty.GetsizeFull(ptm)
+		if err != nil {
+			t.Fatal(err)
+		}
+		snap := term.Screen().Snapshot()
+		if int(ws.Cols) != snap.Cols || int(ws.Rows) != snap.Rows {
+			t.Fatalf("after concurrent resizes %d: the PTY is %dx%d, the emulator %dx%d", i, ws.Cols, ws.Rows, snap.Cols, snap.Rows)
+		}
 	}
 }
