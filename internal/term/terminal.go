@@ -188,11 +188,15 @@ func drainAndClose(t *Terminal) {
 	defer timer.Stop()
 	select {
 	case <-t.outDone:
-		_ = t.proc.Close()
 	case <-timer.C:
 	}
 	t.ring.Close()
 	close(t.done)
+	// A background job may hold the PTY's other side open past the grace; the PTY is closed
+	// once it lets go too and the reader ends, rather than its descriptor being left to the
+	// garbage collector.
+	<-t.outDone
+	_ = t.proc.Close()
 }
 
 // Done is closed once the process exited and its output was consumed.

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/creack/pty"
+	"golang.org/x/sys/unix"
 )
 
 func startTerm(t *testing.T, argv ...string) (*Terminal, string) {
@@ -145,6 +146,61 @@ func TestConcurrentResizesLeaveThePTYAndTheScreenAgreeing(t *testing.T) {
 		snap := term.Screen().Snapshot()
 		if int(ws.Cols) != snap.Cols || int(ws.Rows) != snap.Rows {
 			t.Fatalf("after concurrent resizes %d: the PTY is %dx%d, the emulator %dx%d", i, ws.Cols, ws.Rows, snap.Cols, snap.Rows)
+		}
+	}
+}
+
+// ptmxFDs is the set of this process's descriptors open on a PTY master.
+func ptmxFDs(t *testing.T) map[string]bool {
+	t.Helper()
+	ents, err := os.ReadDir("/proc/self/fd")
+	if err != nil {
+		t.Fatal(err)
+	}
+	fds := map[string]bool{}
+	for _, e := range ents {
+		if l, err := os.Readlink("/proc/self/fd/" + e.Name()); err == nil && strings.HasSuffix(l, "ptmx") {
+			fds[e.Name()] = true
+		}
+	}
+	return fds
+}
+
+// A background job that holds the PTY past the drain grace delays the closing of the PTY's
+// master, but only until it lets go: then the reader ends and the master is closed, instead of
+// its descriptor staying open for as long as the terminal is kept (a daemon keeps exited
+// terminals until they are cleaned).
+func TestPTYIsClosedWhenALingeringBackgroundJobLetsGo(t *testing.T) {
+	fifo := filepath.Join(t.TempDir(), "release")
+	if err := unix.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	before := ptmxFDs(t)
+	// The job ignores the hangup its session leader's exit sends, and holds the PTY until the
+	// test writes to the FIFO.
+	term, _ := startTerm(t, "sh", "-c", `trap '' HUP; (read x <`+fifo+`) & exit 0`)
+	var ours []string
+	for fd := range ptmxFDs(t) {
+		if !before[fd] {
+			ours = append(ours, fd)
+		}
+	}
+	if len(ours) != 1 {
+		t.Fatalf("PTY master descriptors opened by Start: %v, want one", ours)
+	}
+	waitDone(t, term)
+	if !ptmxFDs(t)[ours[0]] {
+		t.Fatal("the PTY was closed while the background job still held it; the test no longer reaches the drain's timeout")
+	}
+	w, err := os.OpenFile(fifo, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, _ = w.WriteString("go\n")
+	w.Close()
+	for deadline := time.Now().Add(10 * time.Second); ptmxFDs(t)[ours[0]]; time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("PTY master (descriptor %s) still open 10 s after the last holder of its other side exited", ours[0])
 		}
 	}
 }
