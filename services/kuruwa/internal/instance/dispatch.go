@@ -1,6 +1,7 @@
 package instance
 
 import (
+	"bytes"
 	"encoding/json"
 	"strings"
 	"syscall"
@@ -132,7 +133,9 @@ const (
 
 // send writes Text, as one bracketed paste when it spans lines and the program asked for
 // bracketed paste, then each key as a separate write after the settle delay: agent TUIs treat
-// an Enter that arrives with pasted text as part of the paste. A request over the bounds on
+// an Enter that arrives with pasted text as part of the paste. A paste has the paste markers
+// (ESC[200~, ESC[201~) removed from its text, as terminal emulators do with pasted text, so that
+// no text ends the paste early and has the rest taken as typed. A request over the bounds on
 // keys and settling is refused before anything is written.
 func (s *Server) send(a wire.SendArgs) error {
 	e, err := s.lookup(a.ID)
@@ -165,7 +168,7 @@ func (s *Server) send(a wire.SendArgs) error {
 	if a.Text != "" {
 		text := []byte(a.Text)
 		if strings.ContainsAny(a.Text, "\r\n") && t.Bracketed() {
-			text = append(append([]byte("\x1b[200~"), text...), "\x1b[201~"...)
+			text = append(append([]byte(pasteStart), withoutPasteMarkers(text)...), pasteEnd...)
 		}
 		if _, err := t.WriteLocked(text); err != nil {
 			return wire.Errorf(wire.CodeGone, "name", "%v", err)
@@ -180,6 +183,26 @@ func (s *Server) send(a wire.SendArgs) error {
 		}
 	}
 	return nil
+}
+
+// The markers around a bracketed paste.
+const (
+	pasteStart = "\x1b[200~"
+	pasteEnd   = "\x1b[201~"
+)
+
+// withoutPasteMarkers is text with every paste marker removed, including those that removing
+// another one joins together (ESC[20 ESC[201~ 1~): each byte is appended and a marker that the
+// output then ends with is cut off again, so the output never holds one, in one pass.
+func withoutPasteMarkers(text []byte) []byte {
+	out := make([]byte, 0, len(text))
+	for _, b := range text {
+		out = append(out, b)
+		if b == '~' && (bytes.HasSuffix(out, []byte(pasteStart)) || bytes.HasSuffix(out, []byte(pasteEnd))) {
+			out = out[:len(out)-len(pasteEnd)]
+		}
+	}
+	return out
 }
 
 func (s *Server) resize(a wire.ResizeArgs) error {

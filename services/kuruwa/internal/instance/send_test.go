@@ -1,9 +1,11 @@
 package instance
 
 import (
+	"encoding/hex"
 	"errors"
 	"os"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -96,4 +98,27 @@ func TestSendWhoseSettlingExceedsTheBoundIsRefusedAndWritesNothing(t *testing.T)
 	err := s.send(wire.SendArgs{ID: "cat", Text: "refused", Keys: []string{"C-a", "C-a", "C-a", "C-a"}, SettleMS: 10000})
 	wantFieldError(t, err, "settle")
 	refusedWritesNothing(t, s, e, "refused")
+}
+
+// Text sent as a bracketed paste that holds the paste's end marker itself must not end the paste
+// there: "cmd" after it would reach the program as typed, and a shell or an agent's TUI would
+// run it. The program here reads exactly the bytes a paste of the text without its markers is
+// and prints them.
+func TestPastedTextCannotEndThePasteEarly(t *testing.T) {
+	s := newServer(t)
+	want := "\x1b[200~" + "a\nb\rcmd\n" + "\x1b[201~"
+	e := startIn(t, s, "paste", "sh", "-c", `printf '\033[?2004h'; stty raw -echo; printf READY; `+
+		`dd bs=1 count=`+strconv.Itoa(len(want))+` 2>/dev/null | od -An -tx1; printf END; sleep 100`)
+	outputUntil(t, e, "READY")
+	if !e.t.Bracketed() {
+		t.Fatal("the program's bracketed paste mode was not tracked")
+	}
+	if err := s.send(wire.SendArgs{ID: "paste", Text: "a\nb\x1b[201~\rcmd\n\x1b[200~"}); err != nil {
+		t.Fatal(err)
+	}
+	out := outputUntil(t, e, "END")
+	got := strings.Join(strings.Fields(out[strings.Index(out, "READY")+len("READY"):strings.Index(out, "END")]), "")
+	if got != hex.EncodeToString([]byte(want)) {
+		t.Fatalf("the program read %s, want the paste %q (%x)", got, want, want)
+	}
 }
