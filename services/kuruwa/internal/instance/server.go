@@ -34,10 +34,16 @@ type Server struct {
 	// Session, when set, makes every terminal a run of that Allox session (SessionSpawner).
 	Session *SessionSpawner
 
-	mu    sync.Mutex
-	terms map[string]*entry // by terminal id
-	stop  chan struct{}
-	once  sync.Once
+	// spawn, when set, starts a terminal in place of Session or term.Start (tests hold a start
+	// part-way through it).
+	spawn func(term.Spec, *os.File) (*term.Terminal, error)
+
+	mu       sync.Mutex
+	terms    map[string]*entry // by terminal id
+	starting map[string]bool   // ids of starts under way, which hold s.mu only to reserve and insert
+	closing  bool              // set by killAll: a start that ends after it is undone
+	stop     chan struct{}
+	once     sync.Once
 
 	watchMu  sync.Mutex
 	watchers map[*wire.Conn]bool // the creator's watch connections, told of every exit
@@ -56,7 +62,7 @@ func NewServer(id string, state *os.File) *Server {
 			env = append(env, kv)
 		}
 	}
-	return &Server{ID: id, state: state, env: env, terms: map[string]*entry{}, stop: make(chan struct{}), watchers: map[*wire.Conn]bool{}}
+	return &Server{ID: id, state: state, env: env, terms: map[string]*entry{}, starting: map[string]bool{}, stop: make(chan struct{}), watchers: map[*wire.Conn]bool{}}
 }
 
 // Serve accepts connections until ctx ends or a shutdown request arrives, then ends every
@@ -103,9 +109,12 @@ func (s *Server) handle(c *wire.Conn) {
 // daemon started and nothing else. It returns once each terminal's program is reaped (or after
 // reapWait, for a program the kernel cannot end at once): this daemon is their parent, and a
 // program still running or unreaped when it exits would outlive it, inherited by whoever reaps
-// orphans.
+// orphans. A start still under way ends its terminal itself (start), or, should this daemon
+// exit first, its program dies with it (term.Spec.DieWithParent; a session's run, with its
+// stream).
 func (s *Server) killAll() {
 	s.mu.Lock()
+	s.closing = true
 	var ts []*term.Terminal
 	for _, e := range s.terms {
 		ts = append(ts, e.t)
@@ -172,14 +181,57 @@ func (s *Server) start(a wire.StartArgs) (wire.TermInfo, error) {
 	if cols < 1 || rows < 1 || cols > 1000 || rows > 1000 {
 		return wire.TermInfo{}, wire.Errorf(wire.CodeBadRequest, "cols", "size %dx%d: columns and rows must be between 1 and 1000", cols, rows)
 	}
+	// The id is reserved under s.mu, and the program started without it: a start of a session's
+	// terminal waits on the workspace daemon, up to its 30 s timeout, and every request to this
+	// instance, and its shutdown, would wait with it.
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	if _, dup := s.terms[a.ID]; dup {
+	switch {
+	case s.closing:
+		s.mu.Unlock()
+		return wire.TermInfo{}, errShuttingDown(a.ID)
+	case s.terms[a.ID] != nil || s.starting[a.ID]:
+		s.mu.Unlock()
 		return wire.TermInfo{}, wire.Errorf(wire.CodeConflict, "id", "terminal %s exists", a.ID)
 	}
+	s.starting[a.ID] = true
+	s.mu.Unlock()
+	t, err := s.spawnTerminal(a, argv, cols, rows)
+	s.mu.Lock()
+	delete(s.starting, a.ID)
+	if err != nil {
+		s.mu.Unlock()
+		return wire.TermInfo{}, err
+	}
+	if s.closing {
+		// killAll took its list of terminals before this one was in it.
+		s.mu.Unlock()
+		_ = t.Signal(syscall.SIGKILL)
+		reaped, cancel := context.WithTimeout(context.Background(), reapWait)
+		defer cancel()
+		unfinished(reaped, []*term.Terminal{t})
+		_ = unix.Unlinkat(int(s.state.Fd()), a.ID+".transcript", 0)
+		return wire.TermInfo{}, errShuttingDown(a.ID)
+	}
+	e := &entry{name: a.Name, t: t}
+	s.terms[a.ID] = e
+	s.mu.Unlock()
+	go func() {
+		<-t.Exited()
+		s.tellWatchers(wire.Exited{ID: a.ID})
+	}()
+	return s.info(a.ID, e), nil
+}
+
+func errShuttingDown(id string) error {
+	return wire.Errorf(wire.CodeConflict, "", "terminal %s: the instance is shutting down; start it in a running instance", id)
+}
+
+// spawnTerminal creates the transcript of terminal a.ID and starts its program; when that fails
+// it leaves no transcript behind.
+func (s *Server) spawnTerminal(a wire.StartArgs, argv []string, cols, rows int) (*term.Terminal, error) {
 	fd, err := unix.Openat(int(s.state.Fd()), a.ID+".transcript", unix.O_CREAT|unix.O_EXCL|unix.O_WRONLY|unix.O_APPEND|unix.O_CLOEXEC|unix.O_NOFOLLOW, 0o600)
 	if err != nil {
-		return wire.TermInfo{}, wire.Errorf(wire.CodeInternal, "", "create transcript: %v", err)
+		return nil, wire.Errorf(wire.CodeInternal, "", "create transcript: %v", err)
 	}
 	base := s.env
 	if s.Session != nil {
@@ -195,25 +247,22 @@ func (s *Server) start(a wire.StartArgs) (wire.TermInfo, error) {
 		DieWithParent: true,
 	}
 	transcript := os.NewFile(uintptr(fd), a.ID+".transcript")
-	var t *term.Terminal
-	if s.Session != nil {
-		t, err = s.Session.Start(spec, transcript)
-	} else {
-		t, err = term.Start(spec, transcript)
+	spawn := term.Start
+	switch {
+	case s.spawn != nil:
+		spawn = s.spawn
+	case s.Session != nil:
+		spawn = s.Session.Start
 	}
+	t, err := spawn(spec, transcript)
 	if err != nil {
 		// Through the *os.File, whose finalizer would otherwise close fd again, by then
 		// perhaps another file's.
 		_ = transcript.Close()
 		_ = unix.Unlinkat(int(s.state.Fd()), a.ID+".transcript", 0)
-		return wire.TermInfo{}, wire.Errorf(wire.CodeBadRequest, "argv", "%v", err)
+		return nil, wire.Errorf(wire.CodeBadRequest, "argv", "%v", err)
 	}
-	s.terms[a.ID] = &entry{name: a.Name, t: t}
-	go func() {
-		<-t.Exited()
-		s.tellWatchers(wire.Exited{ID: a.ID})
-	}()
-	return s.info(a.ID, s.terms[a.ID]), nil
+	return t, nil
 }
 
 // PIDNamespace is the inode of this process's pid namespace, 0 if it cannot be read.
