@@ -50,7 +50,9 @@ func Adopt() (*Adopted, error) {
 	unix.CloseOnExec(lfd)
 	unix.CloseOnExec(sfd)
 	// Everything else this process inherited is no business of the terminals either.
-	_ = unix.CloseRange(3, ^uint(0), unix.CLOSE_RANGE_CLOEXEC)
+	if err := inheritedCloseOnExec(); err != nil {
+		return nil, err
+	}
 	lf := os.NewFile(uintptr(lfd), "kuruwa-listener")
 	ln, err := net.FileListener(lf)
 	_ = lf.Close() // FileListener holds its own close-on-exec duplicate
@@ -58,6 +60,38 @@ func Adopt() (*Adopted, error) {
 		return nil, fmt.Errorf("adopt listener fd %d: %w", lfd, err)
 	}
 	return &Adopted{Listener: ln, State: os.NewFile(uintptr(sfd), "kuruwa-state")}, nil
+}
+
+// closeRange is close_range(2), which a test replaces with one that fails as an older kernel's
+// (before 5.11) or a seccomp profile's does.
+var closeRange = unix.CloseRange
+
+// inheritedCloseOnExec marks every descriptor from 3 up close-on-exec: with one close_range(2)
+// where it works, else one by one from /proc/self/fd. A descriptor left open on exec would reach
+// every terminal's program, so failing both is an error, not a warning.
+func inheritedCloseOnExec() error {
+	if closeRange(3, ^uint(0), unix.CLOSE_RANGE_CLOEXEC) == nil {
+		return nil
+	}
+	dir, err := os.Open("/proc/self/fd")
+	if err != nil {
+		return fmt.Errorf("mark inherited descriptors close-on-exec: close_range failed and %w", err)
+	}
+	defer dir.Close()
+	names, err := dir.Readdirnames(-1)
+	if err != nil {
+		return fmt.Errorf("mark inherited descriptors close-on-exec: close_range failed and /proc/self/fd: %w", err)
+	}
+	for _, n := range names {
+		fd, err := strconv.Atoi(n)
+		if err != nil || fd < 3 || fd == int(dir.Fd()) {
+			continue
+		}
+		if _, err := unix.FcntlInt(uintptr(fd), unix.F_SETFD, unix.FD_CLOEXEC); err != nil && err != unix.EBADF {
+			return fmt.Errorf("mark inherited descriptor %d close-on-exec: %w", fd, err)
+		}
+	}
+	return nil
 }
 
 func envFD(name string) (int, error) {
