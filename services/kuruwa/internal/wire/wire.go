@@ -345,6 +345,11 @@ func (c *Conn) Reply(result any, err error) error {
 	if merr != nil {
 		return c.Send(Response{Error: &Error{Code: CodeInternal, Message: merr.Error()}})
 	}
+	// A line its peer would refuse is never sent: the peer would lose step with the connection
+	// and say only that a message was too long.
+	if len(b)+len(`{"result":}`)+1 > MaxLine {
+		return c.Reply(nil, Errorf(CodeInternal, "", "the reply is %d bytes as JSON, more than the %d one message carries; ask for less (a full scrollback as raw bytes, as kuruwa screen --scrollback does, or through kuruwa transcript)", len(b), MaxLine))
+	}
 	// Response{Result: b} spelt out, so that a large result is not scanned again by the encoder.
 	line := make([]byte, 0, len(b)+len(`{"result":}`)+1)
 	line = append(append(append(line, `{"result":`...), b...), "}\n"...)

@@ -298,3 +298,34 @@ func TestReplyLineLongerThanMaxLineIsRefused(t *testing.T) {
 		}
 	}
 }
+
+// A result that JSON makes longer than MaxLine (here 2 MiB of "<", six bytes each escaped) is
+// answered with an error saying what to ask for instead, in a line the peer takes, and the
+// connection stays in step for the next request: sent whole, the peer would refuse the line as
+// too long and lose its place in the stream.
+func TestReplyOverMaxLineAsJSONIsAnErrorThePeerReads(t *testing.T) {
+	a, b := net.Pipe()
+	defer a.Close()
+	go func() {
+		defer b.Close()
+		c := NewConn(b)
+		for _, res := range []any{ScreenResult{HistoryText: strings.Repeat("<", 2<<20)}, "next"} {
+			var req Request
+			if c.Recv(&req) != nil {
+				return
+			}
+			_ = c.Reply(res, nil)
+		}
+	}()
+	c := NewConn(a)
+	var big ScreenResult
+	err := c.Call("screen", ScreenArgs{Scrollback: true}, &big)
+	var we *Error
+	if !errors.As(err, &we) || !strings.Contains(we.Message, "raw bytes") {
+		t.Fatalf("a reply of 12 MiB as JSON: %v, want an error reply that says to ask for raw bytes", err)
+	}
+	var next string
+	if err := c.Call("ls", nil, &next); err != nil || next != "next" {
+		t.Fatalf("the request after it: %q, %v; want the connection in step", next, err)
+	}
+}
