@@ -9,7 +9,7 @@ import (
 	"github.com/allox-os/allox/services/kuruwa/internal/wire"
 )
 
-// client is one connection on an entry. Its fields other than conn are guarded by d.mu.
+// client is one connection on an entry. Its fields from relied to cut are guarded by d.mu.
 type client struct {
 	tenant *tenant
 	peer   entry.Peer
@@ -18,7 +18,12 @@ type client struct {
 
 	relied  map[string]bool // grant keys any of its requests used
 	recheck func() error    // the check of the stream it runs, if any
-	once    sync.Once
+	// cut: a revocation closed it (or the daemon shuts down), so it writes nothing more to any
+	// terminal; cutCh is closed then, to end a settle delay at once.
+	cut    bool
+	cutCh  chan struct{}
+	writes sync.WaitGroup // its writes to a terminal under way (send.go), added to under d.mu while not cut
+	once   sync.Once
 }
 
 func (c *client) send(v any) error {
@@ -41,6 +46,33 @@ func (c *client) replyLine(line []byte) error {
 }
 
 func (c *client) close() { c.once.Do(func() { _ = c.conn.Close() }) }
+
+// markCutLocked, with d.mu held, stops c's send (send.go) from writing anything more.
+func (c *client) markCutLocked() {
+	if !c.cut {
+		c.cut = true
+		close(c.cutCh)
+	}
+}
+
+// cutLocked, with d.mu held, closes c for the revocation of key: once drain has waited for the
+// writes it had under way, none of its requests writes to a terminal again.
+func (c *client) cutLocked(key string) {
+	c.markCutLocked()
+	c.revoked(key)
+}
+
+// drain waits for the writes to a terminal that the clients, cut, had under way; the caller has
+// released d.mu. It cannot deadlock, nor could it under d.mu: a write registered is one call to
+// an instance daemon, which takes no lock of the main daemon's and ends within its deadline, and
+// a client's own request never waits for its own writes (it serves one request at a time, so a
+// request of it that revokes runs no send). Waiting outside d.mu keeps the daemon's other
+// requests from waiting up to that deadline behind a write to a terminal that does not read.
+func drain(cut []*client) {
+	for _, c := range cut {
+		c.writes.Wait()
+	}
+}
 
 // revoked closes the client's connection before returning. When no write is in flight it first
 // tells the client why, without waiting more than a moment on a client that does not read.
@@ -65,7 +97,7 @@ func (d *Daemon) accept(t *tenant, ln net.Listener) {
 			_ = nc.Close()
 			continue
 		}
-		c := &client{tenant: t, peer: peer, conn: wire.NewConn(uc), relied: map[string]bool{}}
+		c := &client{tenant: t, peer: peer, conn: wire.NewConn(uc), relied: map[string]bool{}, cutCh: make(chan struct{})}
 		d.mu.Lock()
 		if d.closing {
 			d.mu.Unlock()

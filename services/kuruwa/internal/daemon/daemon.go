@@ -67,6 +67,9 @@ type termRef struct {
 	proc                    procIdentity // its program, when its pid means something here (orphans.go)
 	exited                  bool         // its instance daemon said its program exited
 	starting                bool         // reserved by a start its instance daemon has not answered
+	// typing is held by a send for its whole sequence (send.go), so that no other send through
+	// this daemon slips between a paste and its keys.
+	typing *sync.Mutex
 }
 
 // New prepares a daemon rooted at dir; Run starts it.
@@ -197,6 +200,7 @@ func (d *Daemon) shutdown() {
 		}
 	}
 	for c := range d.clients {
+		c.markCutLocked() // a send ends its settle delay rather than hold up the shutdown
 		c.close()
 	}
 	d.mu.Unlock()

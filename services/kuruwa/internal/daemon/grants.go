@@ -121,15 +121,19 @@ func (d *Daemon) noInstance(t *tenant, name string) error {
 }
 
 // revokeLocked removes a grant key from t and closes, at once, every connection of t that
-// relied on it or whose stream no longer passes its check.
-func (d *Daemon) revokeLocked(t *tenant, key string) {
+// relied on it or whose stream no longer passes its check. It returns those clients, for the
+// caller to drain once it released d.mu and before it answers.
+func (d *Daemon) revokeLocked(t *tenant, key string) []*client {
 	d.grantGen.Add(1)
+	var cut []*client
 	for c := range d.clients {
 		if c.tenant != t {
 			continue
 		}
 		if c.relied[key] || (c.recheck != nil && c.recheck() != nil) {
-			c.revoked(key)
+			c.cutLocked(key)
+			cut = append(cut, c)
 		}
 	}
+	return cut
 }

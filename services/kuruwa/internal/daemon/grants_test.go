@@ -327,3 +327,33 @@ func TestReaddedTenantGetsNoneOfTheRemovedTenantsInstances(t *testing.T) {
 	}
 	f.must(f.mgmt(), "clean", "--instance", "w", "--force")
 }
+
+// A send that settles before its Enter, revoked during the delay, types nothing more: the
+// command it pasted never runs, the revoke returns without waiting for the delay, and the
+// terminal lives on.
+func TestRevokeDuringSettleStopsTheKeysStillToCome(t *testing.T) {
+	f := newDaemon(t, boxConfig)
+	f.must(f.mgmt(), "start", "g", "--instance", "host", "--", "sh")
+	f.must(f.mgmt(), "grant", "other", "--terminal", "g")
+	conn := f.dial(f.entry("other"))
+	sent := make(chan error, 1)
+	go func() {
+		sent <- conn.Call("send", wire.SendArgs{Name: "g", Text: "echo ran-$((6*7))", Keys: []string{"Enter"}, SettleMS: 1500}, nil)
+	}()
+	f.waitScreen(f.mgmt(), "g", "echo ran-$((6*7))") // the text is typed; Enter is 1.5 s away
+	start := time.Now()
+	f.must(f.mgmt(), "revoke", "other", "--terminal", "g")
+	if took := time.Since(start); took > time.Second {
+		t.Errorf("revoke took %v: it waited for the settle delay", took)
+	}
+	if err := <-sent; err == nil {
+		t.Error("the revoked send reported success")
+	}
+	time.Sleep(2500 * time.Millisecond) // well past the settle: Enter would have come by now
+	if out := f.must(f.mgmt(), "screen", "g", "--plain"); strings.Contains(out, "ran-42") {
+		t.Fatalf("the command typed by the revoked tenant ran after the revoke returned:\n%s", out)
+	}
+	if out := f.must(f.mgmt(), "status", "g"); !strings.Contains(out, "running") {
+		t.Fatalf("revocation ended the terminal: %s", out)
+	}
+}

@@ -59,38 +59,54 @@ func (d *Daemon) addTenant(name string) (wire.TenantInfo, error) {
 // removeTenant closes a temporary tenant's entry and every connection on it.
 func (d *Daemon) removeTenant(name string) error {
 	d.mu.Lock()
-	defer d.mu.Unlock()
+	cut, err := d.removeTenantLocked(name)
+	d.mu.Unlock()
+	drain(cut)
+	return err
+}
+
+func (d *Daemon) removeTenantLocked(name string) ([]*client, error) {
 	t := d.tenants[name]
 	switch {
 	case t == nil:
-		return wire.Errorf(wire.CodeNotFound, "name", "no tenant %q", name)
+		return nil, wire.Errorf(wire.CodeNotFound, "name", "no tenant %q", name)
 	case t.persistent:
-		return wire.Errorf(wire.CodeForbidden, "name", "tenant %q is declared in the configuration file; remove it there and restart", name)
+		return nil, wire.Errorf(wire.CodeForbidden, "name", "tenant %q is declared in the configuration file; remove it there and restart", name)
 	}
 	delete(d.tenants, name)
 	t.defs, t.insts, t.terms = map[string]bool{}, map[string]bool{}, map[string]bool{}
 	_ = t.ln.Close()
 	_ = os.RemoveAll(filepath.Dir(t.entry))
 	d.grantGen.Add(1)
+	var cut []*client
 	for cl := range d.clients {
 		if cl.tenant == t {
-			cl.revoked("tenant:" + name)
+			cl.cutLocked("tenant:" + name)
+			cut = append(cut, cl)
 		}
 	}
-	return nil
+	return cut, nil
 }
 
 // grant adds or (with give false) revokes one grant. Both hold d.mu across the change and the
-// closing of the connections that relied on a revoked grant, so a re-grant cannot race ahead.
+// closing of the connections that relied on a revoked grant, so a re-grant cannot race ahead; a
+// revoke then waits for the writes to a terminal those connections had under way, so that none
+// lands after it returns.
 func (d *Daemon) grant(a wire.GrantArgs, give bool) error {
 	d.mu.Lock()
-	defer d.mu.Unlock()
+	cut, err := d.grantLocked(a, give)
+	d.mu.Unlock()
+	drain(cut)
+	return err
+}
+
+func (d *Daemon) grantLocked(a wire.GrantArgs, give bool) ([]*client, error) {
 	t := d.tenants[a.Tenant]
 	if t == nil {
-		return wire.Errorf(wire.CodeNotFound, "tenant", "no tenant %q; kuruwa tenant add %s creates it", a.Tenant, a.Tenant)
+		return nil, wire.Errorf(wire.CodeNotFound, "tenant", "no tenant %q; kuruwa tenant add %s creates it", a.Tenant, a.Tenant)
 	}
 	if t.name == config.HostTenant {
-		return wire.Errorf(wire.CodeBadRequest, "tenant", "the host tenant holds every right; grant to a restricted tenant")
+		return nil, wire.Errorf(wire.CodeBadRequest, "tenant", "the host tenant holds every right; grant to a restricted tenant")
 	}
 	n := 0
 	for _, s := range []string{a.Definition, a.Instance, a.Terminal} {
@@ -99,39 +115,38 @@ func (d *Daemon) grant(a wire.GrantArgs, give bool) error {
 		}
 	}
 	if n != 1 {
-		return wire.Errorf(wire.CodeBadRequest, "grant", "name exactly one of --definition, --instance or --terminal")
+		return nil, wire.Errorf(wire.CodeBadRequest, "grant", "name exactly one of --definition, --instance or --terminal")
 	}
 	var set map[string]bool
 	var id, key string
 	switch {
 	case a.Definition != "":
 		if _, ok := d.cfg.Definitions[a.Definition]; !ok {
-			return wire.Errorf(wire.CodeNotFound, "definition", "no definition %q in the configuration", a.Definition)
+			return nil, wire.Errorf(wire.CodeNotFound, "definition", "no definition %q in the configuration", a.Definition)
 		}
 		set, id, key = t.defs, a.Definition, defKey(a.Definition)
 	case a.Instance != "":
 		in := d.instanceByName(a.Instance)
 		if in == nil {
-			return wire.Errorf(wire.CodeNotFound, "instance", "no instance %q", a.Instance)
+			return nil, wire.Errorf(wire.CodeNotFound, "instance", "no instance %q", a.Instance)
 		}
 		set, id, key = t.insts, in.id, instKey(in.id)
 	default:
 		tr := d.terms[a.Terminal]
 		if tr == nil {
-			return wire.Errorf(wire.CodeNotFound, "terminal", "no terminal %q", a.Terminal)
+			return nil, wire.Errorf(wire.CodeNotFound, "terminal", "no terminal %q", a.Terminal)
 		}
 		set, id, key = t.terms, tr.id, termKey(tr.id)
 	}
 	if give {
 		set[id] = true
-		return nil
+		return nil, nil
 	}
 	if !set[id] {
-		return wire.Errorf(wire.CodeNotFound, "grant", "tenant %s holds no such grant", t.name)
+		return nil, wire.Errorf(wire.CodeNotFound, "grant", "tenant %s holds no such grant", t.name)
 	}
 	delete(set, id)
-	d.revokeLocked(t, key)
-	return nil
+	return d.revokeLocked(t, key), nil
 }
 
 func (d *Daemon) tenantList() []wire.TenantInfo {

@@ -2,6 +2,7 @@ package daemon
 
 import (
 	"sort"
+	"sync"
 
 	"github.com/allox-os/allox/services/kuruwa/internal/config"
 	"github.com/allox-os/allox/services/kuruwa/internal/wire"
@@ -103,7 +104,7 @@ func (d *Daemon) start(c *client, a wire.StartArgs) (wire.TermInfo, error) {
 		d.mu.Unlock()
 		return wire.TermInfo{}, wire.Errorf(wire.CodeConflict, "name", "a terminal named %q exists in this daemon; choose another name or clean it", a.Name)
 	}
-	tr := &termRef{name: a.Name, id: d.nextID("t"), inst: in.id, creator: c.tenant.name, starting: true}
+	tr := &termRef{name: a.Name, id: d.nextID("t"), inst: in.id, creator: c.tenant.name, starting: true, typing: new(sync.Mutex)}
 	d.terms[a.Name] = tr
 	for _, k := range keys {
 		c.relied[k] = true

@@ -124,8 +124,7 @@ func (d *Daemon) termOp(c *client, req wire.Request) {
 		}
 		_ = c.replyLine(line)
 	case "send":
-		a.SendArgs.ID = id
-		_ = c.reply(struct{}{}, d.call(tg.sock, "send", a.SendArgs, nil))
+		_ = c.reply(struct{}{}, d.send(c, tg, a.SendArgs))
 	case "resize":
 		_ = c.reply(struct{}{}, d.call(tg.sock, "resize", wire.ResizeArgs{ID: id, Cols: a.Cols, Rows: a.Rows}, nil))
 	}
@@ -200,6 +199,8 @@ func (d *Daemon) cleanGone(c *client, name, id string, check termCheck) (termRef
 // forgetTerm drops a cleaned terminal's name and every grant on it, closing the connections
 // that relied on those grants.
 func (d *Daemon) forgetTerm(ref termRef) {
+	var cut []*client
+	defer func() { drain(cut) }()
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	if cur := d.terms[ref.name]; cur != nil && cur.id == ref.id {
@@ -208,7 +209,7 @@ func (d *Daemon) forgetTerm(ref termRef) {
 	for _, t := range d.tenants {
 		if t.terms[ref.id] {
 			delete(t.terms, ref.id)
-			d.revokeLocked(t, termKey(ref.id))
+			cut = append(cut, d.revokeLocked(t, termKey(ref.id))...)
 		}
 	}
 }
@@ -245,13 +246,15 @@ func (d *Daemon) cleanInstance(c *client, a wire.CleanArgs) error {
 	if first {
 		d.teardown(in)
 	}
+	var cut []*client
 	d.mu.Lock()
 	for _, t := range d.tenants {
 		if t.insts[in.id] {
 			delete(t.insts, in.id)
-			d.revokeLocked(t, instKey(in.id))
+			cut = append(cut, d.revokeLocked(t, instKey(in.id))...)
 		}
 	}
 	d.mu.Unlock()
+	drain(cut)
 	return nil
 }

@@ -2,6 +2,7 @@ package daemon_test
 
 import (
 	"encoding/hex"
+	"errors"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -10,6 +11,7 @@ import (
 	"time"
 
 	"github.com/allox-os/allox/internal/testenv"
+	"github.com/allox-os/allox/services/kuruwa/internal/wire"
 )
 
 // inputLogger is a program that optionally enables bracketed paste, then logs every read of its
@@ -99,5 +101,66 @@ func TestSendTypesPlainTextWithoutBracketedPaste(t *testing.T) {
 	f.must(f.mgmt(), "send", "plain", "a\nb", "--enter", "--settle", "0")
 	if got := joined(readLog(t, log)); got != "a\nb\r" {
 		t.Fatalf("program read %q, want %q", got, "a\nb\r")
+	}
+}
+
+// A send the daemon refuses writes nothing at all: neither its text nor any key before the one
+// that is wrong.
+func TestRefusedSendWritesNothing(t *testing.T) {
+	f, log := startLogger(t, "tui", "plain")
+	conn := f.dial(f.mgmt())
+	many := make([]string, wire.MaxSendKeys+1)
+	for i := range many {
+		many[i] = "Left"
+	}
+	for _, tc := range []struct {
+		why  string
+		args wire.SendArgs
+	}{
+		{"too many keys", wire.SendArgs{Text: "typed", Keys: many}},
+		{"too much settling in all", wire.SendArgs{Text: "typed", Keys: []string{"Left", "Left", "Left", "Left"}, SettleMS: 10000}},
+		{"a settle out of range", wire.SendArgs{Text: "typed", Keys: []string{"Left"}, SettleMS: 10001}},
+		{"a bad key name", wire.SendArgs{Text: "typed", Keys: []string{"Left", "NoSuchKey"}}},
+	} {
+		tc.args.Name = "tui"
+		err := conn.Call("send", tc.args, nil)
+		if !errors.Is(err, &wire.Error{Code: wire.CodeBadRequest}) {
+			t.Errorf("%s: got %v, want code %s", tc.why, err, wire.CodeBadRequest)
+		}
+	}
+	f.must(f.mgmt(), "send", "tui", "done", "--enter", "--settle", "0")
+	if got := joined(readLog(t, log)); got != "done\r" {
+		t.Fatalf("program read %q, want only the accepted send's %q", got, "done\r")
+	}
+}
+
+// Two tenants sending to one terminal at once: each paste is followed by its own keys, with
+// the other's send wholly before or after, never in between.
+func TestConcurrentSendsKeepEachPasteWithItsKeys(t *testing.T) {
+	f, log := startLogger(t, "tui", "bracketed")
+	f.must(f.mgmt(), "grant", "other", "--terminal", "tui")
+	host, other := f.dial(f.mgmt()), f.dial(f.entry("other"))
+	first := make(chan error, 1)
+	go func() {
+		first <- host.Call("send", wire.SendArgs{Name: "tui", Text: "A1\nA2", Keys: []string{"C-a", "C-a"}, SettleMS: 500}, nil)
+	}()
+	// The host's paste is in; its keys are due in 500 ms when the other tenant sends.
+	deadline := time.Now().Add(10 * time.Second)
+	for b, _ := os.ReadFile(log); !strings.Contains(string(b), hex.EncodeToString([]byte("A2"))); b, _ = os.ReadFile(log) {
+		if time.Now().After(deadline) {
+			t.Fatal("the host's paste never arrived")
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+	if err := other.Call("send", wire.SendArgs{Name: "tui", Text: "B1\nB2", Keys: []string{"C-b"}, SettleMS: 100}, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-first; err != nil {
+		t.Fatal(err)
+	}
+	f.must(f.mgmt(), "send", "tui", "", "--enter", "--settle", "0")
+	a, b := "\x1b[200~A1\nA2\x1b[201~\x01\x01", "\x1b[200~B1\nB2\x1b[201~\x02"
+	if got := joined(readLog(t, log)); got != a+b+"\r" {
+		t.Fatalf("program read %q, want %q: the sends interleaved", got, a+b+"\r")
 	}
 }

@@ -1,5 +1,7 @@
 package wire
 
+import "time"
+
 // Arguments and results of the operations. The main daemon addresses terminals by name; the
 // instance daemons by the terminal id the main daemon assigned.
 
@@ -30,6 +32,14 @@ type SendArgs struct {
 	Keys     []string `json:"keys,omitempty"`
 	SettleMS int      `json:"settle_ms,omitempty"`
 }
+
+// A send types at most MaxSendKeys keys and settles at most MaxSendSettle in all (its settle
+// delay times the pauses between its writes), so that it holds its terminal for a bounded time:
+// the main daemon and the instance daemons refuse a longer one before writing any of it.
+const (
+	MaxSendKeys   = 256
+	MaxSendSettle = 30 * time.Second
+)
 
 // ResizeArgs changes a terminal's size.
 type ResizeArgs struct {

@@ -1,0 +1,102 @@
+package daemon
+
+import (
+	"time"
+
+	"github.com/allox-os/allox/internal/term"
+	"github.com/allox-os/allox/services/kuruwa/internal/wire"
+)
+
+// send types a send into the terminal tg: the text as one write (which the instance daemon
+// makes one bracketed paste), then each key as its own write after the settle delay, which
+// this daemon sleeps itself. Relayed whole, the instance daemon would go on typing (and press
+// Enter) after a revocation closed the client; here every write checks first that the client
+// was not cut and still holds the grant, and a cut ends the delay at once. The sequence holds
+// the terminal's typing lock, so another sender's input never lands between its writes.
+func (d *Daemon) send(c *client, tg target, a wire.SendArgs) error {
+	if err := checkSend(a); err != nil {
+		return err
+	}
+	tg.ref.typing.Lock()
+	defer tg.ref.typing.Unlock()
+	if a.Text != "" || len(a.Keys) == 0 {
+		if err := d.write(c, tg, wire.SendArgs{ID: tg.ref.id, Text: a.Text}); err != nil {
+			return err
+		}
+	}
+	settle := time.NewTimer(0)
+	defer settle.Stop()
+	for i, k := range a.Keys {
+		if a.Text != "" || i > 0 {
+			settle.Reset(time.Duration(a.SettleMS) * time.Millisecond)
+			select {
+			case <-settle.C:
+			case <-c.cutCh:
+				return errCut()
+			}
+		}
+		if err := d.write(c, tg, wire.SendArgs{ID: tg.ref.id, Keys: []string{k}}); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// checkSend refuses what the instance daemon would refuse, and a send that would type for
+// longer than the wire limits allow, before anything is written: a refused send writes nothing.
+func checkSend(a wire.SendArgs) error {
+	if len(a.Keys) > wire.MaxSendKeys {
+		return wire.Errorf(wire.CodeBadRequest, "keys", "%d keys: a send takes at most %d; split them over several sends", len(a.Keys), wire.MaxSendKeys)
+	}
+	for _, k := range a.Keys {
+		if _, err := term.Key(k); err != nil {
+			return wire.Errorf(wire.CodeBadRequest, "keys", "%v", err)
+		}
+	}
+	if a.SettleMS < 0 || a.SettleMS > 10000 { // as the instance daemon requires
+		return wire.Errorf(wire.CodeBadRequest, "settle", "settle %dms: must be between 0 and 10000", a.SettleMS)
+	}
+	pauses := len(a.Keys)
+	if a.Text == "" && pauses > 0 {
+		pauses--
+	}
+	if total := time.Duration(pauses) * time.Duration(a.SettleMS) * time.Millisecond; total > wire.MaxSendSettle {
+		return wire.Errorf(wire.CodeBadRequest, "settle", "%d pauses of %dms settle for %s in all, more than %s; shorten the settle or split the keys over several sends", pauses, a.SettleMS, total, wire.MaxSendSettle)
+	}
+	return nil
+}
+
+// write relays one write of a send, once the client was not cut and the terminal still passes
+// canAccess for it. It registers in c.writes under d.mu, so that a revocation, which marks c cut
+// under d.mu, either comes first (and the write is refused) or waits for it in drain (and
+// nothing is written after the revoke returns). The call itself runs without d.mu.
+func (d *Daemon) write(c *client, tg target, a wire.SendArgs) error {
+	d.mu.Lock()
+	err := d.recheckSend(c, tg)
+	if err == nil {
+		c.writes.Add(1)
+	}
+	d.mu.Unlock()
+	if err != nil {
+		return err
+	}
+	defer c.writes.Done()
+	return d.call(tg.sock, "send", a, nil)
+}
+
+// recheckSend runs with d.mu held.
+func (d *Daemon) recheckSend(c *client, tg target) error {
+	if c.cut {
+		return errCut()
+	}
+	tr := d.terms[tg.ref.name]
+	if tr == nil || tr.id != tg.ref.id {
+		return wire.Errorf(wire.CodeGone, "name", "terminal %s was cleaned", tg.ref.name)
+	}
+	_, err := d.canAccess(c.tenant, tr)
+	return err
+}
+
+func errCut() error {
+	return wire.Errorf(wire.CodeRevoked, "", "a grant this send relied on was revoked; the rest of it was not typed")
+}
