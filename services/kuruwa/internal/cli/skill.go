@@ -35,8 +35,10 @@ your tenant was granted. Creating a terminal always names its instance.
 
 Sending to TUIs (Codex, Claude Code and others): multi-line text goes as one bracketed paste
 when the program asked for it; keys go as separate writes after --settle (default 200ms),
-because an Enter that arrives with pasted text is taken as part of the paste. After sending,
-check with screen that the program reacted; if not, send --key Enter again.
+because an Enter that arrives with pasted text is taken as part of the paste. The paste markers
+themselves (ESC[200~, ESC[201~) are removed from pasted text. One send takes at most 256 keys
+and 30 s of settling in all; split longer sequences. After sending, check with screen that the
+program reacted; if not, send --key Enter again.
 
 Keys: Enter Tab Esc Space BSpace Delete Up Down Left Right Home End PageUp PageDown F1-F12 C-a..C-z.
 

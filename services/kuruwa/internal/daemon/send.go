@@ -3,7 +3,7 @@ package daemon
 import (
 	"time"
 
-	"github.com/allox-os/allox/internal/term"
+	instd "github.com/allox-os/allox/services/kuruwa/internal/instance"
 	"github.com/allox-os/allox/services/kuruwa/internal/wire"
 )
 
@@ -14,7 +14,8 @@ import (
 // was not cut and still holds the grant, and a cut ends the delay at once. The sequence holds
 // the terminal's typing lock, so another sender's input never lands between its writes.
 func (d *Daemon) send(c *client, tg target, a wire.SendArgs) error {
-	if err := checkSend(a); err != nil {
+	// Refused here, as the instance daemon would refuse it, before anything is written.
+	if _, err := instd.SendKeys(a); err != nil {
 		return err
 	}
 	tg.ref.typing.Lock()
@@ -38,30 +39,6 @@ func (d *Daemon) send(c *client, tg target, a wire.SendArgs) error {
 		if err := d.write(c, tg, wire.SendArgs{ID: tg.ref.id, Keys: []string{k}}); err != nil {
 			return err
 		}
-	}
-	return nil
-}
-
-// checkSend refuses what the instance daemon would refuse, and a send that would type for
-// longer than the wire limits allow, before anything is written: a refused send writes nothing.
-func checkSend(a wire.SendArgs) error {
-	if len(a.Keys) > wire.MaxSendKeys {
-		return wire.Errorf(wire.CodeBadRequest, "keys", "%d keys: a send takes at most %d; split them over several sends", len(a.Keys), wire.MaxSendKeys)
-	}
-	for _, k := range a.Keys {
-		if _, err := term.Key(k); err != nil {
-			return wire.Errorf(wire.CodeBadRequest, "keys", "%v", err)
-		}
-	}
-	if a.SettleMS < 0 || a.SettleMS > 10000 { // as the instance daemon requires
-		return wire.Errorf(wire.CodeBadRequest, "settle", "settle %dms: must be between 0 and 10000", a.SettleMS)
-	}
-	pauses := len(a.Keys)
-	if a.Text == "" && pauses > 0 {
-		pauses--
-	}
-	if total := time.Duration(pauses) * time.Duration(a.SettleMS) * time.Millisecond; total > wire.MaxSendSettle {
-		return wire.Errorf(wire.CodeBadRequest, "settle", "%d pauses of %dms settle for %s in all, more than %s; shorten the settle or split the keys over several sends", pauses, a.SettleMS, total, wire.MaxSendSettle)
 	}
 	return nil
 }

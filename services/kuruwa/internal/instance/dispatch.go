@@ -122,14 +122,36 @@ func (s *Server) screen(a wire.ScreenArgs) (wire.ScreenResult, []byte, error) {
 	return res, history, nil
 }
 
-// One send holds the terminal's input, attach's keystrokes and every other send waiting behind
-// it, for as long as its keys and their settle delays take; these bound that. 256 keys is more
-// than any menu or editor walk needs, and 30 s of settling in all is three of the longest single
-// delays: a longer sequence is several sends.
-const (
-	maxSendKeys   = 256
-	maxSendSettle = 30 * time.Second
-)
+// SendKeys checks a send against the bounds every daemon applies before writing any of it, and
+// returns its keys' bytes. One send holds its terminal's input, and every other send behind it,
+// for as long as its keys and their settle delays take: wire.MaxSendKeys keys (more than any
+// menu or editor walk needs) and wire.MaxSendSettle of settling in all (three of the longest
+// single delays) bound that; a longer sequence is several sends. The main daemon checks a send
+// with it before relaying the first write, so a refused send writes nothing there either.
+func SendKeys(a wire.SendArgs) ([][]byte, error) {
+	if len(a.Keys) > wire.MaxSendKeys {
+		return nil, wire.Errorf(wire.CodeBadRequest, "keys", "%d keys: at most %d in one send; split them over several sends", len(a.Keys), wire.MaxSendKeys)
+	}
+	keys := make([][]byte, len(a.Keys))
+	for i, k := range a.Keys {
+		var err error
+		if keys[i], err = term.Key(k); err != nil {
+			return nil, wire.Errorf(wire.CodeBadRequest, "keys", "%v", err)
+		}
+	}
+	if a.SettleMS < 0 || a.SettleMS > 10000 {
+		return nil, wire.Errorf(wire.CodeBadRequest, "settle", "settle %dms: must be between 0 and 10000", a.SettleMS)
+	}
+	// Every key waits the settle delay, but the first one when there is no text before it.
+	waits := len(keys)
+	if a.Text == "" && waits > 0 {
+		waits--
+	}
+	if total := time.Duration(waits) * time.Duration(a.SettleMS) * time.Millisecond; total > wire.MaxSendSettle {
+		return nil, wire.Errorf(wire.CodeBadRequest, "settle", "settle %dms before each of %d keys is %v of settling: at most %v in one send; use a shorter settle or split the keys over several sends", a.SettleMS, waits, total, wire.MaxSendSettle)
+	}
+	return keys, nil
+}
 
 // send writes Text, as one bracketed paste when it spans lines and the program asked for
 // bracketed paste, then each key as a separate write after the settle delay: agent TUIs treat
@@ -142,25 +164,9 @@ func (s *Server) send(a wire.SendArgs) error {
 	if err != nil {
 		return err
 	}
-	if len(a.Keys) > maxSendKeys {
-		return wire.Errorf(wire.CodeBadRequest, "keys", "%d keys: at most %d in one send; split them over several sends", len(a.Keys), maxSendKeys)
-	}
-	keys := make([][]byte, len(a.Keys))
-	for i, k := range a.Keys {
-		if keys[i], err = term.Key(k); err != nil {
-			return wire.Errorf(wire.CodeBadRequest, "keys", "%v", err)
-		}
-	}
-	if a.SettleMS < 0 || a.SettleMS > 10000 {
-		return wire.Errorf(wire.CodeBadRequest, "settle", "settle %dms: must be between 0 and 10000", a.SettleMS)
-	}
-	// Every key waits the settle delay, but the first one when there is no text before it.
-	waits := len(keys)
-	if a.Text == "" && waits > 0 {
-		waits--
-	}
-	if total := time.Duration(waits) * time.Duration(a.SettleMS) * time.Millisecond; total > maxSendSettle {
-		return wire.Errorf(wire.CodeBadRequest, "settle", "settle %dms before each of %d keys is %v of settling: at most %v in one send; use a shorter settle or split the keys over several sends", a.SettleMS, waits, total, maxSendSettle)
+	keys, err := SendKeys(a)
+	if err != nil {
+		return err
 	}
 	t := e.t
 	t.Lock()

@@ -85,7 +85,7 @@ func refusedWritesNothing(t *testing.T, s *Server, e *entry, refused string) {
 func TestSendOfTooManyKeysIsRefusedAndWritesNothing(t *testing.T) {
 	s := newServer(t)
 	e := startIn(t, s, "cat", "cat")
-	err := s.send(wire.SendArgs{ID: "cat", Text: "refused", Keys: slices.Repeat([]string{"C-a"}, maxSendKeys+1)})
+	err := s.send(wire.SendArgs{ID: "cat", Text: "refused", Keys: slices.Repeat([]string{"C-a"}, wire.MaxSendKeys+1)})
 	wantFieldError(t, err, "keys")
 	refusedWritesNothing(t, s, e, "refused")
 }
