@@ -9,7 +9,8 @@ import (
 	"github.com/allox-os/allox/services/kuruwa/internal/wire"
 )
 
-// client is one connection on an entry. Its fields from relied to cut are guarded by d.mu.
+// client is one connection on an entry. relied and recheck are guarded by d.mu, and cutCh is
+// closed under it.
 type client struct {
 	tenant *tenant
 	peer   entry.Peer
@@ -18,9 +19,8 @@ type client struct {
 
 	relied  map[string]bool // grant keys any of its requests used
 	recheck func() error    // the check of the stream it runs, if any
-	// cut: a revocation closed it (or the daemon shuts down), so it writes nothing more to any
-	// terminal; cutCh is closed then, to end a settle delay at once.
-	cut    bool
+	// cutCh is closed once a revocation closed it (or the daemon shuts down): it writes nothing
+	// more to any terminal, and a settle delay under way ends at once.
 	cutCh  chan struct{}
 	writes sync.WaitGroup // its writes to a terminal under way (send.go), added to under d.mu while not cut
 	once   sync.Once
@@ -49,9 +49,18 @@ func (c *client) close() { c.once.Do(func() { _ = c.conn.Close() }) }
 
 // markCutLocked, with d.mu held, stops c's send (send.go) from writing anything more.
 func (c *client) markCutLocked() {
-	if !c.cut {
-		c.cut = true
+	if !c.isCut() {
 		close(c.cutCh)
+	}
+}
+
+// isCut reports whether c was cut.
+func (c *client) isCut() bool {
+	select {
+	case <-c.cutCh:
+		return true
+	default:
+		return false
 	}
 }
 

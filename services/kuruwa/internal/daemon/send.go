@@ -49,7 +49,10 @@ func (d *Daemon) send(c *client, tg target, a wire.SendArgs) error {
 // nothing is written after the revoke returns). The call itself runs without d.mu.
 func (d *Daemon) write(c *client, tg target, a wire.SendArgs) error {
 	d.mu.Lock()
-	err := d.recheckSend(c, tg)
+	err := errCut()
+	if !c.isCut() {
+		err = d.recheckLocked(c, tg, d.canAccess)
+	}
 	if err == nil {
 		c.writes.Add(1)
 	}
@@ -59,19 +62,6 @@ func (d *Daemon) write(c *client, tg target, a wire.SendArgs) error {
 	}
 	defer c.writes.Done()
 	return d.call(tg.sock, "send", a, nil)
-}
-
-// recheckSend runs with d.mu held.
-func (d *Daemon) recheckSend(c *client, tg target) error {
-	if c.cut {
-		return errCut()
-	}
-	tr := d.terms[tg.ref.name]
-	if tr == nil || tr.id != tg.ref.id {
-		return wire.Errorf(wire.CodeGone, "name", "terminal %s was cleaned", tg.ref.name)
-	}
-	_, err := d.canAccess(c.tenant, tr)
-	return err
 }
 
 func errCut() error {

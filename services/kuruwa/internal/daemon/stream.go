@@ -33,14 +33,7 @@ func (d *Daemon) streamOp(c *client, req wire.Request) bool {
 		_ = c.reply(nil, err)
 		return false
 	}
-	recheck := func() error {
-		tr := d.terms[tg.ref.name]
-		if tr == nil || tr.id != tg.ref.id {
-			return wire.Errorf(wire.CodeGone, "name", "terminal %s was cleaned", tg.ref.name)
-		}
-		_, err := check(c.tenant, tr)
-		return err
-	}
+	recheck := func() error { return d.recheckLocked(c, tg, check) }
 	nc, err := net.Dial("unix", tg.sock)
 	if err != nil {
 		_ = c.reply(nil, wire.Errorf(wire.CodeGone, "name", "instance daemon of %s does not answer: %v", a.Name, err))
@@ -103,4 +96,16 @@ func (d *Daemon) streamOp(c *client, req wire.Request) bool {
 			return true
 		}
 	}
+}
+
+// recheckLocked, with d.mu held, checks again that the terminal tg resolved to is still the one
+// under its name and that c still passes check for it: what a stream checks after a revocation,
+// and a send before each of its writes.
+func (d *Daemon) recheckLocked(c *client, tg target, check termCheck) error {
+	tr := d.terms[tg.ref.name]
+	if tr == nil || tr.id != tg.ref.id {
+		return wire.Errorf(wire.CodeGone, "name", "terminal %s was cleaned", tg.ref.name)
+	}
+	_, err := check(c.tenant, tr)
+	return err
 }

@@ -127,13 +127,18 @@ func (s *Server) killAll() {
 	// once, not each after a grace of its own.
 	grace, cancel := context.WithTimeout(context.Background(), hangupGrace)
 	defer cancel()
-	late := unfinished(grace, ts)
-	for _, t := range late {
+	kill(unfinished(grace, ts))
+}
+
+// kill sends SIGKILL to the terminals' process groups and waits up to reapWait for them all to
+// be reaped.
+func kill(ts []*term.Terminal) {
+	for _, t := range ts {
 		_ = t.Signal(syscall.SIGKILL)
 	}
 	reaped, cancel := context.WithTimeout(context.Background(), reapWait)
 	defer cancel()
-	unfinished(reaped, late)
+	unfinished(reaped, ts)
 }
 
 // unfinished waits for each terminal in turn until ctx ends, and returns those not done by then.
@@ -205,10 +210,7 @@ func (s *Server) start(a wire.StartArgs) (wire.TermInfo, error) {
 	if s.closing {
 		// killAll took its list of terminals before this one was in it.
 		s.mu.Unlock()
-		_ = t.Signal(syscall.SIGKILL)
-		reaped, cancel := context.WithTimeout(context.Background(), reapWait)
-		defer cancel()
-		unfinished(reaped, []*term.Terminal{t})
+		kill([]*term.Terminal{t})
 		_ = unix.Unlinkat(int(s.state.Fd()), a.ID+".transcript", 0)
 		return wire.TermInfo{}, errShuttingDown(a.ID)
 	}

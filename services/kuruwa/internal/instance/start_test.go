@@ -53,14 +53,8 @@ func TestRequestsAreAnsweredWhileAStartIsUnderWay(t *testing.T) {
 		_, err := s.lookup("a")
 		answered <- err
 	}()
-	select {
-	case err := <-answered:
-		if err != nil {
-			t.Fatal(err)
-		}
-	case <-time.After(10 * time.Second):
-		close(release)
-		t.Fatal("ls and status of another terminal waited for a start under way")
+	if err := whileHeld(t, answered, release, "ls and status of another terminal waited for a start under way"); err != nil {
+		t.Fatal(err)
 	}
 	close(release)
 	if err := <-startDone; err != nil {
@@ -76,15 +70,10 @@ func TestAStartUnderWayHoldsItsID(t *testing.T) {
 	first := startAsync(s, "x")
 	<-started
 	second := startAsync(s, "x")
-	select {
-	case err := <-second:
-		var we *wire.Error
-		if !errors.As(err, &we) || we.Code != wire.CodeConflict {
-			t.Fatalf("a second start of an id being started: %v, want a conflict", err)
-		}
-	case <-time.After(10 * time.Second):
-		close(release)
-		t.Fatal("a second start of an id being started was not refused at once")
+	err := whileHeld(t, second, release, "a second start of an id being started was not refused at once")
+	var we *wire.Error
+	if !errors.As(err, &we) || we.Code != wire.CodeConflict {
+		t.Fatalf("a second start of an id being started: %v, want a conflict", err)
 	}
 	close(release)
 	if err := <-first; err != nil {
@@ -101,12 +90,7 @@ func TestAStartThatEndsAfterShutdownLeavesNothingRunning(t *testing.T) {
 	tm := <-started
 	killed := make(chan struct{})
 	go func() { s.killAll(); close(killed) }()
-	select {
-	case <-killed:
-	case <-time.After(10 * time.Second):
-		close(release)
-		t.Fatal("shutdown waited for a start under way")
-	}
+	whileHeld(t, killed, release, "shutdown waited for a start under way")
 	close(release)
 	if err := <-startDone; err == nil || !strings.Contains(err.Error(), "shutting down") {
 		t.Fatalf("a start that ended after shutdown: %v, want an error saying the instance is shutting down", err)
@@ -121,5 +105,19 @@ func TestAStartThatEndsAfterShutdownLeavesNothingRunning(t *testing.T) {
 	}
 	if m, _ := filepath.Glob(filepath.Join(s.state.Name(), "*.transcript")); len(m) != 0 {
 		t.Fatalf("a start refused at shutdown left its transcript: %v", m)
+	}
+}
+
+// whileHeld waits, while a start is held, for what ch delivers; if nothing comes within 10 s it
+// releases the start and fails with failure.
+func whileHeld[T any](t *testing.T, ch <-chan T, release chan struct{}, failure string) T {
+	t.Helper()
+	select {
+	case v := <-ch:
+		return v
+	case <-time.After(10 * time.Second):
+		close(release)
+		t.Fatal(failure)
+		panic("unreachable")
 	}
 }
